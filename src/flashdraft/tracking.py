@@ -1,0 +1,122 @@
+"""MLflow logging for every step (with registry.py, the only modules that import mlflow).
+
+Tracking is on when a tracking URI is set (`MLFLOW_TRACKING_URI`, or `tracking_uri=` here). A step run
+nests under the pipeline's parent run when `FLASHDRAFT_PARENT_RUN_ID` is set, so one pipeline run is one
+MLflow parent run with a child per step. Only rank 0 should open runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+PARENT_RUN_ENV = "FLASHDRAFT_PARENT_RUN_ID"
+DEFAULT_EXPERIMENT = "flashdraft"
+
+
+def tracking_enabled(tracking_uri: str | None = None) -> bool:
+    return bool(tracking_uri or os.environ.get("MLFLOW_TRACKING_URI"))
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested config -> {"a.b": value} for MLflow params (lists become JSON strings)."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{name}."))
+        else:
+            out[name] = json.dumps(value) if isinstance(value, (list, tuple)) else value
+    return out
+
+
+class StepRun:
+    """One MLflow run of a step; every method is a no-op when tracking is off."""
+
+    def __init__(self, run_id: str | None):
+        self.run_id = run_id
+
+    @property
+    def active(self) -> bool:
+        return self.run_id is not None
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        if self.active:
+            import mlflow
+
+            # MLflow caps a param value at 6000 characters.
+            flat = {k: str(v)[:6000] for k, v in flatten(params).items()}
+            mlflow.log_params(flat, run_id=self.run_id)
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        if not self.active:
+            return
+        import mlflow
+
+        mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, step=step, run_id=self.run_id)
+
+    def log_dict(self, data: Mapping[str, Any], artifact_file: str) -> None:
+        if self.active:
+            import mlflow
+
+            mlflow.log_dict(dict(data), artifact_file, run_id=self.run_id)
+
+    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
+        if not self.active:
+            return
+        import mlflow
+
+        path = Path(path)
+        if path.is_dir():
+            mlflow.log_artifacts(str(path), artifact_path, run_id=self.run_id)
+        else:
+            mlflow.log_artifact(str(path), artifact_path, run_id=self.run_id)
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        if self.active:
+            from mlflow import MlflowClient
+
+            client = MlflowClient()
+            for key, value in tags.items():
+                client.set_tag(self.run_id, key, str(value))
+
+
+@contextlib.contextmanager
+def step_run(
+    name: str,
+    *,
+    tracking_uri: str | None = None,
+    experiment: str | None = None,
+    enabled: bool = True,
+) -> Iterator[StepRun]:
+    """An MLflow run for one step (nested under the pipeline's run if there is one).
+
+    The run ends FINISHED, or FAILED when the block raises.
+    """
+    if not enabled or not tracking_enabled(tracking_uri):
+        yield StepRun(None)
+        return
+    import mlflow
+
+    if tracking_uri:
+        mlflow.set_tracking_uri(tracking_uri)
+    mlflow.set_experiment(experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_EXPERIMENT)
+    parent = os.environ.get(PARENT_RUN_ENV)
+    tags = {"flashdraft.step": name}
+    if parent:
+        tags["mlflow.parentRunId"] = parent
+    run = mlflow.start_run(run_name=name, tags=tags)
+    log.info("MLflow run %s (%s) at %s", run.info.run_id, name, mlflow.get_tracking_uri())
+    try:
+        yield StepRun(run.info.run_id)
+    except BaseException:
+        mlflow.end_run(status="FAILED")
+        raise
+    mlflow.end_run(status="FINISHED")
