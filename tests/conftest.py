@@ -1,0 +1,27 @@
+"""Shared fixtures: tiny random targets saved as HF folders (see tiny_models.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tiny_models import save_tiny_target
+
+
+@pytest.fixture(autouse=True)
+def _few_threads():
+    # CI has 2 cores shared with subprocesses; more threads only thrash.
+    torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="session")
+def tiny_target(tmp_path_factory):
+    """Factory: tiny_target("qwen3" | "llama" | "nemotron_h") -> path of a saved random target."""
+    made = {}
+
+    def make(model_type: str = "qwen3"):
+        if model_type not in made:
+            made[model_type] = save_tiny_target(tmp_path_factory.mktemp(f"target-{model_type}"), model_type)
+        return made[model_type]
+
+    return make
