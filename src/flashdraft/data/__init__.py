@@ -1,0 +1,1 @@
+"""Chat datasets: sources, tokenisation with loss masks, and response regeneration with the target."""
