@@ -27,6 +27,8 @@ class TargetConfig:
     dtype: str = "float32"
     attn_implementation: str = "sdpa"
     trust_remote_code: bool = False
+    # Hybrid (Mamba-2) targets: refuse to start on transformers' slow reference path.
+    require_fast_path: bool = False
 
 
 @dataclass(kw_only=True)

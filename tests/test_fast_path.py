@@ -1,0 +1,34 @@
+"""Hybrid (Mamba-2) targets: detection, and failing fast when a recipe needs the kernels but they are off."""
+
+from __future__ import annotations
+
+import pytest
+
+from flashdraft.config import load_config
+from flashdraft.errors import UserError
+from flashdraft.target import FrozenTarget, fast_path_status, load_config as load_target_config, mamba_kernel_errors
+from tiny_models import tiny_config, tiny_tokenizer
+
+
+def test_hybrid_detection(tiny_target):
+    hybrid = fast_path_status(load_target_config(str(tiny_target("nemotron_h"))))
+    assert hybrid["hybrid"] and hybrid["recurrent_layers"] == 2
+    assert not fast_path_status(load_target_config(str(tiny_target("qwen3"))))["hybrid"]
+
+
+@pytest.mark.skipif(not mamba_kernel_errors(), reason="the Mamba-2 kernels import here; nothing to refuse")
+def test_required_fast_path_fails_before_any_weights_load(tmp_path):
+    # Config and tokenizer only: if loading got as far as the weights, the error would be a different one.
+    tiny_config("nemotron_h").save_pretrained(tmp_path)
+    tiny_tokenizer().save_pretrained(tmp_path)
+    with pytest.raises(UserError, match="requires the Mamba-2 fast path.*mamba_ssm.*pip install"):
+        FrozenTarget.load(str(tmp_path), fast_path_required=True)
+
+
+def test_pure_attention_target_is_unaffected_by_the_requirement(tiny_target):
+    target = FrozenTarget.load(str(tiny_target("qwen3")), dtype="float32", fast_path_required=True)
+    assert target.num_layers == 6
+
+
+def test_nemotron_recipe_requires_the_fast_path():
+    assert load_config("nemotron_nano30b_dflash").target.require_fast_path is True
