@@ -1,0 +1,201 @@
+"""The MLflow model registry: one model version per trained draft, with lineage, and promotion by alias.
+
+Promotion is a pure decision (`should_promote`), then an action (`promote`): the only code in flashdraft
+that moves the `champion` / `challenger` aliases. A draft is identified by the digest of its files, so
+promoting the same draft twice finds its existing version and changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flashdraft.errors import UserError
+
+log = logging.getLogger(__name__)
+
+CHAMPION = "champion"
+CHALLENGER = "challenger"
+DIGEST_TAG = "flashdraft.draft_sha256"
+DRAFT_ARTIFACT_PATH = "draft"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scores:
+    """What promotion looks at for one benchmark."""
+
+    tau: float
+    lossless: float  # fraction of prompts whose speculative output equals plain greedy decoding
+    speedup: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromotionPolicy:
+    primary_benchmark: str = "gsm8k"
+    # The candidate's tau on the primary benchmark must exceed the champion's by MORE than this.
+    min_tau_gain: float = 0.05
+    # Every benchmark must be at least this lossless; below 1.0 only for low-precision evaluations.
+    min_lossless: float = 1.0
+
+
+@dataclass(frozen=True)
+class Decision:
+    promote: bool
+    reason: str
+
+    @property
+    def alias(self) -> str:
+        return CHAMPION if self.promote else CHALLENGER
+
+
+def require_primary(candidate: Mapping[str, Scores], policy: PromotionPolicy) -> None:
+    if policy.primary_benchmark not in candidate:
+        raise UserError(
+            f"the evaluation report has no {policy.primary_benchmark!r} benchmark (it has "
+            f"{', '.join(sorted(candidate)) or 'none'}); evaluate on it or set the primary benchmark to one of those"
+        )
+
+
+def should_promote(
+    candidate: Mapping[str, Scores],
+    champion: Mapping[str, Scores] | None,
+    policy: PromotionPolicy,
+) -> Decision:
+    """Pure: promote a lossless candidate when there is no champion or it beats the champion's tau by a margin."""
+    require_primary(candidate, policy)
+    primary = policy.primary_benchmark
+    lossy = {name: s.lossless for name, s in candidate.items() if s.lossless < policy.min_lossless}
+    if lossy:
+        detail = ", ".join(f"{name} {value:.3f}" for name, value in sorted(lossy.items()))
+        return Decision(False, f"not lossless (required {policy.min_lossless:.3f}): {detail}")
+    if champion is None:
+        return Decision(True, "no champion yet")
+    if primary not in champion:
+        return Decision(
+            False,
+            f"the champion has no {primary!r} result to compare with; promote by hand or change the primary benchmark",
+        )
+    gain = candidate[primary].tau - champion[primary].tau
+    comparison = f"{primary} tau {candidate[primary].tau:.3f} vs champion {champion[primary].tau:.3f}"
+    if gain > policy.min_tau_gain:
+        return Decision(True, f"{comparison}: gain {gain:+.3f} > margin {policy.min_tau_gain:.3f}")
+    return Decision(False, f"{comparison}: gain {gain:+.3f} <= margin {policy.min_tau_gain:.3f}")
+
+
+def scores_to_tags(scores: Mapping[str, Scores]) -> dict[str, str]:
+    tags = {}
+    for name, s in scores.items():
+        tags[f"tau.{name}"] = f"{s.tau:.6g}"
+        tags[f"lossless.{name}"] = f"{s.lossless:.6g}"
+        if s.speedup is not None:
+            tags[f"speedup.{name}"] = f"{s.speedup:.6g}"
+    return tags
+
+
+def scores_from_tags(tags: Mapping[str, str]) -> dict[str, Scores]:
+    names = {key.split(".", 1)[1] for key in tags if key.startswith("tau.")}
+    out = {}
+    for name in names:
+        if f"lossless.{name}" not in tags:
+            continue
+        speedup = tags.get(f"speedup.{name}")
+        out[name] = Scores(
+            tau=float(tags[f"tau.{name}"]),
+            lossless=float(tags[f"lossless.{name}"]),
+            speedup=float(speedup) if speedup is not None else None,
+        )
+    return out
+
+
+def draft_digest(folder: Path) -> str:
+    """sha256 over the draft's relative file names and contents: the same draft gives the same digest."""
+    digest = hashlib.sha256()
+    files = sorted(p for p in Path(folder).rglob("*") if p.is_file())
+    if not files:
+        raise UserError(f"draft folder {folder} is empty or missing; give the folder `flashdraft train` exported")
+    for path in files:
+        digest.update(str(path.relative_to(folder)).encode() + b"\0")
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def source_commit() -> str:
+    """The flashdraft git commit: `FLASHDRAFT_GIT_COMMIT` (set in images), else the checkout's HEAD."""
+    if os.environ.get("FLASHDRAFT_GIT_COMMIT"):
+        return os.environ["FLASHDRAFT_GIT_COMMIT"]
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def client(tracking_uri: str):
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+def find_version(client, name: str, digest: str):
+    """The existing version of `name` holding the draft with this digest, or None."""
+    found = client.search_model_versions(f"name='{name}' and tags.`{DIGEST_TAG}`='{digest}'")
+    return min(found, key=lambda v: int(v.version)) if found else None
+
+
+def champion_version(client, name: str):
+    """The version under the `champion` alias, or None (no model, no alias, or its version was deleted)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_model_version_by_alias(name, CHAMPION)
+    except MlflowException:
+        return None
+
+
+def register_draft(client, name: str, *, run_id: str, digest: str, tags: Mapping[str, Any]):
+    """A new version of `name` from the draft logged under the run's `draft/` artifacts."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_registered_model(name)
+    except MlflowException:
+        client.create_registered_model(name, description="DFlash speculative-decoding drafts (flashdraft)")
+    source = f"{client.get_run(run_id).info.artifact_uri}/{DRAFT_ARTIFACT_PATH}"
+    version = client.create_model_version(
+        name,
+        source=source,
+        run_id=run_id,
+        tags={DIGEST_TAG: digest, **{k: str(v) for k, v in tags.items()}},
+    )
+    log.info("registered %s version %s from %s", name, version.version, source)
+    return version
+
+
+def apply_decision(client, name: str, version: str, decision: Decision) -> str:
+    """Point the decision's alias at `version`; a champion keeps its alias. Returns the version's alias."""
+    current = champion_version(client, name)
+    if current is not None and current.version == str(version):
+        return CHAMPION
+    client.set_registered_model_alias(name, decision.alias, str(version))
+    if decision.promote:
+        aliases = client.get_registered_model(name).aliases
+        if str(aliases.get(CHALLENGER)) == str(version):
+            client.delete_registered_model_alias(name, CHALLENGER)
+    client.set_model_version_tag(name, str(version), "flashdraft.decision", decision.reason)
+    log.info("%s version %s -> @%s (%s)", name, version, decision.alias, decision.reason)
+    return decision.alias
