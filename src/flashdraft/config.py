@@ -49,12 +49,103 @@ class DraftConfig:
     max_position_embeddings: int | None = None
     hidden_size: int | None = None  # only to check: it must equal the target's
     seed: int = 0
+    # A draft folder written by `flashdraft draft-init` (or an exported draft) to start training from;
+    # None: the trainer builds a fresh draft from the fields above.
+    init_from: str | None = None
+
+
+def _at_least(section: Any, name: str, **minimums: float) -> None:
+    for key, minimum in minimums.items():
+        value = getattr(section, key)
+        if value < minimum:
+            raise UserError(f"{name}.{key} must be >= {minimum}, got {value}")
+
+
+@dataclass(kw_only=True)
+class DataConfig:
+    """Chat datasets (OpenAI `messages` rows); specs as in `flashdraft.data.sources`."""
+
+    train: str | list[str] = "packaged:chitchat"
+    eval: str | list[str] | None = None  # held-out specs; None: hold out `eval_samples` train rows
+    eval_samples: int = 0
+    limit: int | None = None  # rows of the train mixture (None: all)
+    max_length: int = 256  # tokens per sample; longer conversations are truncated
+    # Pad each batch's length up to a multiple of this, so compiled GPU kernels see few shapes.
+    pad_to_multiple: int = 1
+    seed: int = 0  # mixture subsets, hold-out split and the per-epoch shuffle
+
+    def __post_init__(self) -> None:
+        _at_least(self, "data", eval_samples=0, max_length=2, pad_to_multiple=1)
+        if self.limit is not None:
+            _at_least(self, "data", limit=1)
+
+
+@dataclass(kw_only=True)
+class StrategyConfig:
+    name: str = "dflash"  # dflash (more in flashdraft.strategies.STRATEGIES)
+    num_anchors: int = 16  # blocks per sample and step
+    gamma: float | None = None  # decay of the slot weights exp(-(k-1)/gamma); None: the block-size rule
+    attention: str = "auto"  # flex | sdpa | auto (flex on CUDA; sdpa with a dense mask elsewhere)
+    lm_head_chunk: int = 1024  # tokens per LM-head chunk; 0 = full logits (memory hungry)
+
+    def __post_init__(self) -> None:
+        _at_least(self, "strategy", num_anchors=1, lm_head_chunk=0)
+        if self.attention not in ("auto", "flex", "sdpa"):
+            raise UserError(f"strategy.attention: expected auto, flex or sdpa, got {self.attention!r}")
+        if self.gamma is not None and not self.gamma > 0:
+            raise UserError(f"strategy.gamma must be > 0 (or null for the block-size rule), got {self.gamma}")
+
+
+@dataclass(kw_only=True)
+class TrainConfig:
+    output_dir: str = "runs/train"
+    seed: int = 0
+    micro_batch_size: int = 1  # samples per rank and forward
+    grad_accum_steps: int = 1
+    epochs: int = 1
+    max_steps: int | None = None  # stops earlier than `epochs` when set
+    lr: float = 6e-4
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    weight_decay: float = 0.0
+    warmup_ratio: float = 0.04
+    warmup_steps: int | None = None  # overrides warmup_ratio when set
+    grad_clip: float = 1.0
+    eval_every: int = 0  # steps between evaluations (0: only after the last step)
+    checkpoint_every: int = 1000
+    keep_checkpoints: int = 2
+    log_every: int = 1
+    shard_target: bool = False  # FSDP2-shard the frozen target's layers instead of replicating it
+    peak_tflops: float = 780.0  # one accelerator's dense bf16 matmul rate (H200, measured), for MFU
+
+    def __post_init__(self) -> None:
+        _at_least(self, "train", micro_batch_size=1, grad_accum_steps=1, epochs=1, eval_every=0,
+                  checkpoint_every=1, keep_checkpoints=1, log_every=1, grad_clip=0.0)
+        if self.max_steps is not None:
+            _at_least(self, "train", max_steps=1)
+        if self.warmup_steps is not None:
+            _at_least(self, "train", warmup_steps=0)
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise UserError(f"train.warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        if not self.lr > 0:
+            raise UserError(f"train.lr must be > 0, got {self.lr}")
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise UserError(f"train.betas must be two numbers in [0, 1), got {self.betas}")
+
+
+@dataclass(kw_only=True)
+class TrackingConfig:
+    uri: str | None = None  # MLflow tracking URI; None: MLFLOW_TRACKING_URI, or no tracking
+    experiment: str | None = None
 
 
 @dataclass(kw_only=True)
 class Config:
     target: TargetConfig = field(default_factory=TargetConfig)
     draft: DraftConfig = field(default_factory=DraftConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    strategy: StrategyConfig = field(default_factory=StrategyConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
 
 def _type_name(tp: Any) -> str:
