@@ -1,0 +1,1 @@
+"""Speculative decoding with a DFlash draft: the loop, exact rollback for hybrids, metrics, evaluation."""

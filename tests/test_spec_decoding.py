@@ -1,0 +1,159 @@
+"""Speculative decoding is lossless and counts acceptance right (tiny llama / qwen3 / nemotron_h, fp32).
+
+References: transformers' own greedy `generate` (independent of our harness) and, for the loop as a
+whole, the z-lab `dflash.model.dflash_generate`. Proposers: a random draft (tau ~ 1), an oracle that
+proposes the target's own greedy continuation (tau == B), and a noisy oracle (partial accepts of every
+length, which is what exercises the cache crop and the Mamba state rollback).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from flashdraft.errors import UserError
+from flashdraft.model import DFlashDraftConfig, DFlashDraftModel
+from flashdraft.spec.decoding import autoregressive_generate, speculative_generate
+from flashdraft.spec.hybrid_cache import RecurrentStates
+from flashdraft.spec.proposers import DraftProposer
+from flashdraft.spec.target_runner import TargetRunner
+from tiny_models import tiny_config
+
+PROMPT_LEN, NEW = 9, 24
+# Larger init for llama/qwen3: the default makes tiny random models repeat one token forever.
+INIT_RANGE = {"llama": 0.3, "qwen3": 0.3, "nemotron_h": 0.02}
+
+
+def make_target(model_type: str, seed: int = 0):
+    config = tiny_config(model_type)
+    config.initializer_range = INIT_RANGE[model_type]
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
+
+
+def make_draft(target, block_size: int, seed: int = 1) -> DFlashDraftModel:
+    config = target.config
+    torch.manual_seed(seed)
+    draft_config = DFlashDraftConfig(
+        hidden_size=config.hidden_size, vocab_size=config.vocab_size, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=96,
+        num_target_layers=config.num_hidden_layers, max_position_embeddings=512,
+        dflash_config={"mask_token_id": 3, "target_layer_ids": [1, 2, 4], "block_size": block_size},
+    )
+    return DFlashDraftModel(draft_config).eval()
+
+
+def prompt(seed: int = 0) -> torch.Tensor:
+    return torch.randint(4, 260, (1, PROMPT_LEN), generator=torch.Generator().manual_seed(seed))
+
+
+def hf_greedy(model, ids: torch.Tensor, new: int) -> list[int]:
+    out = model.generate(ids, max_new_tokens=new, do_sample=False, eos_token_id=None, pad_token_id=0)
+    return out[0, ids.shape[1] :].tolist()
+
+
+class OracleProposer:
+    """Proposes the target's greedy continuation `reference`; with `noise`, each draft is wrong with that
+    probability (a wrong draft is the reference token + 1), so accepts of every length happen."""
+
+    def __init__(self, reference: list[int], block_size: int, vocab: int, noise: float = 0.0, seed: int = 0):
+        self.reference, self.block_size, self.vocab, self.noise = reference, block_size, vocab, noise
+        self.rng = random.Random(seed)
+
+    def reset(self, max_len: int) -> None:
+        pass
+
+    def propose(self, anchor, start, context, valid) -> torch.Tensor:
+        offset = int(start) - PROMPT_LEN  # the anchor is new token number `offset`
+        logits = torch.zeros(1, self.block_size - 1, self.vocab)
+        for slot in range(1, self.block_size):
+            i = offset + slot
+            token = self.reference[i] if i < len(self.reference) else 0
+            if self.rng.random() < self.noise:
+                token = (token + 1) % self.vocab
+            logits[0, slot - 1, token] = 1.0
+        return logits
+
+
+def run_spec(target, proposer, ids, new=NEW, tap_ids=(1, 2, 4)):
+    runner = TargetRunner(target, list(tap_ids), ids.shape[1] + new + proposer.block_size + 1)
+    return speculative_generate(runner, proposer, ids, max_new_tokens=new)
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen3", "nemotron_h"])
+def test_random_draft_is_lossless(model_type):
+    target = make_target(model_type)
+    ids = prompt()
+    reference = hf_greedy(target, ids, NEW)
+    assert len(set(reference)) > 5, "the tiny target should not just repeat itself"
+    plain = autoregressive_generate(TargetRunner(target, [], PROMPT_LEN + NEW + 1), ids, max_new_tokens=NEW)
+    assert plain.tokens == reference
+    draft = make_draft(target, block_size=5)
+    spec = run_spec(target, DraftProposer(draft, target.get_input_embeddings(), target.get_output_embeddings()), ids)
+    assert spec.tokens == reference
+    assert sum(spec.emitted) == NEW - 1 and len(spec.emitted) == len(spec.accepted)
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen3", "nemotron_h"])
+def test_oracle_accepts_whole_blocks(model_type):
+    target = make_target(model_type)
+    ids = prompt(1)
+    block = 6
+    reference = hf_greedy(target, ids, NEW + block)
+    spec = run_spec(target, OracleProposer(reference, block, target.config.vocab_size), ids)
+    assert spec.tokens == reference[:NEW]
+    # Every step but the last emits the whole block: B-1 drafts + the bonus.
+    assert spec.emitted[:-1] == [block] * (len(spec.emitted) - 1)
+    assert spec.accepted == [block - 1] * len(spec.accepted)
+    assert spec.emitted[-1] == (NEW - 1) - block * (len(spec.emitted) - 1)
+
+
+@pytest.mark.parametrize("model_type,block", [("llama", 5), ("qwen3", 5), ("nemotron_h", 5), ("nemotron_h", 11)])
+def test_partial_accepts_are_lossless(model_type, block):
+    # nemotron_h with block 11 > its Mamba chunk size 8: the verify and the replay span two chunks.
+    target = make_target(model_type)
+    ids = prompt(2)
+    new = 40
+    reference = hf_greedy(target, ids, new + block)
+    oracle = OracleProposer(reference, block, target.config.vocab_size, noise=0.3, seed=3)
+    spec = run_spec(target, oracle, ids, new=new)
+    assert spec.tokens == reference[:new]
+    assert len(set(spec.accepted[:-1])) >= 3, f"want accepts of several lengths, got {spec.accepted}"
+
+
+def test_hybrid_without_state_rollback_is_wrong(monkeypatch):
+    """The rollback is what makes the hybrid lossless: skipping the replay changes the output."""
+    target = make_target("nemotron_h")
+    ids = prompt(2)
+    block, new = 5, 40
+    reference = hf_greedy(target, ids, new + block)
+    monkeypatch.setattr(RecurrentStates, "commit", lambda self, kept, forwarded: self._save())
+    spec = run_spec(target, OracleProposer(reference, block, target.config.vocab_size, noise=0.3, seed=3), ids, new=new)
+    assert spec.tokens != reference[:new]
+
+
+def test_stop_token_ends_both_loops_at_the_same_place():
+    target = make_target("qwen3")
+    ids = prompt()
+    reference = hf_greedy(target, ids, NEW)
+    stop = reference[7]
+    cut = reference[: reference.index(stop) + 1]
+    plain = autoregressive_generate(TargetRunner(target, [], PROMPT_LEN + NEW + 1), ids, max_new_tokens=NEW,
+                                    stop_ids={stop})
+    oracle = OracleProposer(reference + [0] * 8, 4, target.config.vocab_size)
+    runner = TargetRunner(target, [1, 2, 4], PROMPT_LEN + NEW + 8)
+    spec = speculative_generate(runner, oracle, ids, max_new_tokens=NEW, stop_ids={stop})
+    assert plain.tokens == spec.tokens == cut
+
+
+def test_max_new_tokens_must_be_positive():
+    target = make_target("llama")
+    with pytest.raises(UserError, match="max-new-tokens"):
+        autoregressive_generate(TargetRunner(target, [], 32), prompt(), max_new_tokens=0)
+    draft = make_draft(target, 4)
+    with pytest.raises(UserError, match="max-new-tokens"):
+        run_spec(target, DraftProposer(draft, target.get_input_embeddings(), target.get_output_embeddings()),
+                 prompt(), new=-1)
