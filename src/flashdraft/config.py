@@ -183,6 +183,12 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         return dict(value)
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if tp is float and isinstance(value, str):
+        # YAML 1.1 reads exponents without a dot (6e-4) as strings.
+        try:
+            return float(value)
+        except ValueError:
+            pass
     if tp is Any:
         return value
     if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):

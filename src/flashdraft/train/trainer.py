@@ -1,0 +1,243 @@
+"""The trainer: wires config, data, strategy, FSDP2, optimizer, checkpoints and logging; runs the loop.
+
+Order of work: cheap checks first (config, target config + tokenizer, the strategy's plan, data
+tokenisation), then weights. Each optimizer step reads `grad_accum_steps` micro-batches per rank; the
+loss of every micro-step is divided by the number of supervised targets of the WHOLE step (all ranks,
+all micro-steps), so gradients do not depend on how the global batch is split.
+
+Fault injection for tests: `FLASHDRAFT_CRASH_AFTER_STEP=k` kills the process (os._exit) right after
+step k and its checkpoint, like a lost node.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.tensor import DTensor
+from tqdm import tqdm
+
+from flashdraft import target as targets
+from flashdraft.config import Config, to_dict
+from flashdraft.data.loader import StepLoader, eval_batches, prepare_datasets
+from flashdraft.strategies import get_strategy
+from flashdraft.tracking import step_run
+from flashdraft.train.checkpoint import Checkpointer
+from flashdraft.train.distributed import setup, shard, shard_frozen
+from flashdraft.train.metrics import MetricsLog, add_sums, peak_memory_gb
+from flashdraft.train.optim import build_optimizer, build_schedule, warmup_steps
+
+log = logging.getLogger(__name__)
+
+CRASH_ENV = "FLASHDRAFT_CRASH_AFTER_STEP"
+EVAL_STEP = -1  # anchors of the eval set are drawn with this step: the same at every evaluation
+SUMMARY_WINDOW = 20  # the summary's train metrics cover the last steps
+
+
+class Trainer:
+    def __init__(self, config: Config, *, recipe: str | None = None):
+        self.config, self.recipe = config, recipe
+        self.out = Path(config.train.output_dir)
+        self.dist = dist = setup()
+        train, t = config.train, config.target
+
+        target_config = targets.load_config(t.name_or_path, trust_remote_code=t.trust_remote_code)
+        tokenizer = targets.load_tokenizer(t.name_or_path, trust_remote_code=t.trust_remote_code)
+        self.strategy = get_strategy(config.strategy.name).plan(config, target_config, tokenizer)
+        train_set, eval_set = prepare_datasets(
+            config.data,
+            tokenizer,
+            min_supervised=self.strategy.min_supervised_tokens,
+            cache_dir=self.out / "tokenized",
+            is_main=dist.is_main,
+            barrier=dist.barrier,
+        )
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.loader = StepLoader(
+            train_set,
+            micro_batch=train.micro_batch_size,
+            accum=train.grad_accum_steps,
+            rank=dist.rank,
+            world=dist.world,
+            seed=config.data.seed,
+            pad_id=pad_id,
+            pad_to_multiple=config.data.pad_to_multiple,
+        )
+        self.eval_set = []
+        if eval_set is not None:
+            self.eval_set = eval_batches(eval_set, micro_batch=train.micro_batch_size, rank=dist.rank,
+                                         world=dist.world, pad_id=pad_id, pad_to_multiple=config.data.pad_to_multiple)
+            if not self.eval_set:
+                log.warning("the eval set (%d samples) is smaller than one batch per rank; no evaluation", len(eval_set))
+        self.total_steps = self.loader.steps_per_epoch * train.epochs
+        if train.max_steps is not None:
+            self.total_steps = min(self.total_steps, train.max_steps)
+
+        model = self.strategy.build(dist.device)
+        if train.shard_target:
+            shard_frozen(self.strategy.frozen_shard_units())
+        self.model = shard(model, self.strategy.shard_units(model), dist.device)
+        self.optimizer = build_optimizer(self.model, train)
+        self.schedule = build_schedule(self.optimizer, warmup_steps(train, self.total_steps), self.total_steps)
+        self.checkpointer = Checkpointer(self.out / "checkpoints", dist, train.keep_checkpoints)
+
+    # -- one step --------------------------------------------------------------------------------
+    def train_step(self, step: int) -> tuple[dict[str, torch.Tensor], float, float]:
+        """One optimizer step; the global sums, the gradient norm before clipping, the global useful FLOPs."""
+        sums = self.accumulate_gradients(step)
+        clip = self.config.train.grad_clip or math.inf
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+        norm = norm.full_tensor() if isinstance(norm, DTensor) else norm
+        self.optimizer.step()
+        self.schedule.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return sums, float(norm), float(sums.pop("flops"))
+
+    def accumulate_gradients(self, step: int) -> dict[str, torch.Tensor]:
+        """Forward/backward over this rank's micro-batches of `step`; the metric sums over all ranks."""
+        prepared = [self.strategy.prepare(b, step) for b in self.loader.micro_batches(step)]
+        count = float(self.dist.sum(torch.tensor(float(sum(p.num_targets for p in prepared)))))
+        # FSDP averages gradients over ranks; the loss is a global sum / count, so undo the average.
+        scale = self.dist.world / max(count, 1.0)
+        sums: dict[str, torch.Tensor] = {}
+        flops = 0.0
+        for p in prepared:
+            loss_sum, counts = self.strategy.loss(self.model, p)
+            (loss_sum * scale).backward()
+            add_sums(sums, counts)
+            flops += self.strategy.flops(p)
+        sums["flops"] = torch.tensor(flops, dtype=torch.float64)
+        return self._global(sums)
+
+    def _global(self, sums: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Sum every tensor over ranks with one collective."""
+        keys = sorted(sums)
+        flat = torch.cat([sums[k].double().reshape(-1) for k in keys])
+        flat = self.dist.sum(flat)
+        out, offset = {}, 0
+        for k in keys:
+            n = sums[k].numel()
+            out[k] = flat[offset : offset + n].reshape(sums[k].shape)
+            offset += n
+        return out
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        sums: dict[str, torch.Tensor] = {}
+        for batch in self.eval_set:
+            _, counts = self.strategy.loss(self.model, self.strategy.prepare(batch, EVAL_STEP))
+            add_sums(sums, counts)
+        return {f"eval_{k}": v for k, v in self.strategy.summarise(self._global(sums)).items()}
+
+    # -- the run ---------------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        dist, train = self.dist, self.config.train
+        tracking = self.config.tracking
+        with step_run("train", tracking_uri=tracking.uri, experiment=tracking.experiment, enabled=dist.is_main) as run:
+            resolved = to_dict(self.config)
+            if dist.is_main:
+                self.out.mkdir(parents=True, exist_ok=True)
+                (self.out / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
+                run.log_params(resolved)
+                run.log_dict(resolved, "config.json")
+            metrics = MetricsLog(self.out / "metrics.jsonl", run, dist.is_main)
+            state = self.checkpointer.load_latest(self.model, self.optimizer)
+            start = 0
+            if state is not None:
+                start = state["step"]
+                self.schedule.load_state_dict(state["schedule"])
+                metrics.truncate_after(start)
+            crash_after = int(os.environ.get(CRASH_ENV, 0)) or None
+
+            recent: deque = deque(maxlen=SUMMARY_WINDOW)
+            interval: dict[str, torch.Tensor] = {}
+            interval_time = interval_flops = run_time = run_tokens = 0.0
+            interval_steps = 0
+            bar = tqdm(total=self.total_steps, initial=start, desc="train", disable=not dist.is_main)
+            for step in range(start, self.total_steps):
+                lr = self.schedule.get_last_lr()[0]
+                began = time.perf_counter()
+                sums, grad_norm, flops = self.train_step(step)
+                elapsed = time.perf_counter() - began
+                done = step + 1
+                recent.append(sums)
+                add_sums(interval, sums)
+                interval_time += elapsed
+                interval_steps += 1
+                interval_flops += flops
+                run_time += elapsed
+                run_tokens += float(sums["tokens"])
+                if done % train.log_every == 0 or done == self.total_steps:
+                    values = self.strategy.summarise(interval)
+                    values.update(
+                        lr=lr,
+                        grad_norm=grad_norm,
+                        epoch=step / self.loader.steps_per_epoch,
+                        tokens_per_s=float(interval["tokens"]) / interval_time,
+                        step_time_s=interval_time / interval_steps,
+                        peak_memory_gb=peak_memory_gb(dist.device),
+                    )
+                    if dist.device.type == "cuda":
+                        values["mfu"] = interval_flops / interval_time / (dist.world * train.peak_tflops * 1e12)
+                    metrics.log(done, values)
+                    bar.set_postfix(loss=f"{values['loss']:.3f}", tau=f"{values['tau']:.2f}")
+                    interval, interval_time, interval_flops, interval_steps = {}, 0.0, 0.0, 0
+                if train.eval_every and done % train.eval_every == 0 and done < self.total_steps and self.eval_set:
+                    metrics.log(done, self.evaluate())
+                if done % train.checkpoint_every == 0 or done == self.total_steps:
+                    self.checkpointer.save(done, self.model, self.optimizer, {
+                        "schedule": self.schedule.state_dict(),
+                        "data": self.loader.position(done),
+                        "config": resolved,
+                    })
+                bar.update(1)
+                if crash_after == done:
+                    os._exit(17)
+            bar.close()
+
+            final_eval = self.evaluate() if self.eval_set else {}
+            if final_eval:
+                metrics.log(self.total_steps, final_eval)
+            export = self.export()
+            summary: dict[str, Any] = {"steps": self.total_steps, "resumed_from_step": start or None}
+            if recent:
+                window: dict[str, torch.Tensor] = {}
+                for sums in recent:
+                    add_sums(window, sums)
+                summary.update(self.strategy.summarise(window))
+                summary["summary_window_steps"] = len(recent)
+            if run_time:
+                summary["tokens_per_s"] = run_tokens / run_time
+            summary.update(final_eval)
+            summary.update(peak_memory_gb=peak_memory_gb(dist.device), export=str(export), config=resolved)
+            if dist.is_main:
+                write_json_atomically(self.out / "summary.json", summary)
+                run.log_metrics({f"final_{k}": v for k, v in summary.items()
+                                 if isinstance(v, (int, float)) and v is not None})
+                run.log_artifact(self.out / "summary.json")
+                run.log_artifact(self.out / "metrics.jsonl")
+            return summary
+
+    def export(self) -> Path:
+        """The trained model as an HF folder, `<output_dir>/export` (gathered on rank 0)."""
+        path = self.out / "export"
+        full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if self.dist.is_main:
+            self.strategy.export(full, path, self.recipe)
+        self.dist.barrier()
+        return path
+
+
+def write_json_atomically(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    os.replace(tmp, path)
