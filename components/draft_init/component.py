@@ -1,0 +1,34 @@
+"""Component: a freshly initialised DFlash draft for a target (`flashdraft draft-init`)."""
+
+from kfp import dsl
+
+from components.images import TRAINER_IMAGE
+
+
+@dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)
+def draft_init(
+    target: str,
+    draft: dsl.Output[dsl.Model],
+    recipe: str = "",
+    workspace: str = "",
+):
+    """Write a fresh draft (HF folder, z-lab DFlash format) shaped for `target`; reads only its config and tokenizer.
+
+    Args:
+        target: hub id, HF folder, .gguf file or `packaged:smollm2`.
+        draft: the draft folder.
+        recipe: recipe name or YAML whose `draft` section shapes the draft (empty: shapes from the target).
+        workspace: the run's shared volume (`dsl.WORKSPACE_PATH_PLACEHOLDER`); the target cache lives there.
+    """
+    import os
+
+    if workspace:  # the target cache on the run's shared volume: downloaded once, read by every step
+        os.environ["FLASHDRAFT_CACHE"] = os.path.join(workspace, "cache")
+        os.environ["HF_HOME"] = os.path.join(workspace, "cache", "hf")
+    from flashdraft.cli import main
+
+    argv = ["draft-init", "--target", target, "--output", draft.path]
+    if recipe:
+        argv += ["--recipe", recipe]
+    if main(argv) != 0:
+        raise RuntimeError("flashdraft draft-init failed; its error is in the log above")

@@ -1,0 +1,60 @@
+"""Component: register the trained draft in MLflow and move `champion` / `challenger` by policy."""
+
+from typing import NamedTuple
+
+from kfp import dsl
+
+from components.images import RUNTIME_IMAGE
+
+
+@dsl.component(base_image=RUNTIME_IMAGE, install_kfp_package=False)
+def promote(
+    draft: dsl.Input[dsl.Model],
+    report: dsl.Input[dsl.Artifact],
+    model_name: str,
+    decision: dsl.Output[dsl.Markdown],
+    mlflow_tracking_uri: str,
+    mlflow_experiment: str = "flashdraft",
+    parent_run_id: str = "",
+    primary_benchmark: str = "gsm8k",
+    min_tau_gain: float = 0.05,
+    min_lossless: float = 1.0,
+    target: str = "",
+    target_revision: str = "",
+    recipe: str = "",
+    data: list = [],
+) -> NamedTuple("Promotion", [("version", str), ("alias", str)]):
+    """`flashdraft promote`: a model version with lineage tags, then `champion` if it beats the champion.
+
+    Args:
+        draft: the exported draft folder (from `train`).
+        report: the evaluation folder holding report.json (from `evaluate`).
+        model_name: registered model name.
+        decision: Markdown with the decision and its reason.
+        primary_benchmark, min_tau_gain, min_lossless: the promotion policy.
+        target, target_revision, recipe, data (dataset specs): lineage tags on the version.
+    """
+    import json
+    import os
+    import tempfile
+    from collections import namedtuple
+
+    for name, value in (("MLFLOW_TRACKING_URI", mlflow_tracking_uri), ("MLFLOW_EXPERIMENT_NAME", mlflow_experiment),
+                        ("FLASHDRAFT_PARENT_RUN_ID", parent_run_id)):
+        if value:
+            os.environ[name] = value
+    from flashdraft.cli import main
+
+    out = os.path.join(tempfile.mkdtemp(), "decision.json")
+    argv = ["promote", "--draft", draft.path, "--report", os.path.join(report.path, "report.json"),
+            "--model-name", model_name, "--primary-benchmark", primary_benchmark,
+            "--min-tau-gain", str(min_tau_gain), "--min-lossless", str(min_lossless), "--output", out,
+            "--target", target, "--target-revision", target_revision, "--recipe", recipe, "--data", ",".join(data)]
+    if main(argv) != 0:
+        raise RuntimeError("flashdraft promote failed; its error is in the log above")
+    result = json.load(open(out))
+    with open(decision.path, "w") as f:
+        f.write(f"## {result['model_name']} version {result['version']} -> `@{result['alias']}`\n\n"
+                f"{result['reason']}\n\n| {result['primary_benchmark']} | value |\n| --- | --- |\n"
+                f"| tau | {result['tau']:.3f} |\n| speedup | {result['speedup']} |\n")
+    return namedtuple("Promotion", ["version", "alias"])(result["version"], result["alias"])

@@ -1,0 +1,48 @@
+"""Component: materialise and check the target, regenerate the training responses with it (`flashdraft warmup`)."""
+
+from kfp import dsl
+
+from components.images import TRAINER_IMAGE
+
+
+@dsl.component(base_image=TRAINER_IMAGE, install_kfp_package=False)
+def target_warmup(
+    target: str,
+    prompts: list,
+    dataset: dsl.Output[dsl.Dataset],
+    num_samples: int = 0,
+    max_new_tokens: int = 0,
+    workspace: str = "",
+    mlflow_tracking_uri: str = "",
+    mlflow_experiment: str = "flashdraft",
+    parent_run_id: str = "",
+):
+    """Regenerate the assistant turns of `prompts` with `target`; the dataset folder holds train.jsonl,
+    manifest.json (the materialised target and its revision), summary.json and stats.json.
+
+    Args:
+        target: hub id, HF folder, .gguf file or `packaged:smollm2`.
+        prompts: dataset specs (`flashdraft.data.sources` syntax), one per list item.
+        num_samples, max_new_tokens: 0 keeps the command's defaults.
+        workspace: the run's shared volume (`dsl.WORKSPACE_PATH_PLACEHOLDER`); the target cache lives there.
+    """
+    import os
+
+    for name, value in (("MLFLOW_TRACKING_URI", mlflow_tracking_uri), ("MLFLOW_EXPERIMENT_NAME", mlflow_experiment),
+                        ("FLASHDRAFT_PARENT_RUN_ID", parent_run_id)):
+        if value:
+            os.environ[name] = value
+    if workspace:  # the target cache on the run's shared volume: downloaded once, read by every step
+        os.environ["FLASHDRAFT_CACHE"] = os.path.join(workspace, "cache")
+        os.environ["HF_HOME"] = os.path.join(workspace, "cache", "hf")
+    from flashdraft.cli import main
+
+    argv = ["warmup", "--target", target, "--output", dataset.path]
+    for spec in prompts:
+        argv += ["--prompts", spec]
+    if num_samples:
+        argv += ["--num-samples", str(num_samples)]
+    if max_new_tokens:
+        argv += ["--max-new-tokens", str(max_new_tokens)]
+    if main(argv) != 0:
+        raise RuntimeError("flashdraft warmup failed; its error is in the log above")
