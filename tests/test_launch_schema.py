@@ -7,6 +7,8 @@ The CRD copies live next to the repository (../shared/crds); the tests skip, nam
 
 from __future__ import annotations
 
+import copy
+import functools
 from pathlib import Path
 
 import jsonschema
@@ -42,7 +44,13 @@ def crd_schema(filename: str) -> dict:
     path = CRDS / filename
     if not path.is_file():
         pytest.skip(f"CRD schema {filename} not found in {CRDS.resolve()} (the shared/crds folder beside the repo)")
-    crd = yaml.safe_load(path.read_text())
+    return copy.deepcopy(_load_schema(path))
+
+
+@functools.lru_cache(maxsize=None)
+def _load_schema(path: Path) -> dict:
+    # The C loader when PyYAML has it: the CRDs are ~9000 lines each.
+    crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     (version,) = [v for v in crd["spec"]["versions"] if v.get("storage")]
     return version["schema"]["openAPIV3Schema"]
 

@@ -71,6 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--elastic-min-nodes", type=int, help="PyTorchJob: run elastically between this and --nodes")
     parser.add_argument("--runtime", default="flashdraft-torch", help="TrainJob: the ClusterTrainingRuntime (manifests/)")
     parser.add_argument("--timeout", type=float, default=7 * 24 * 3600, help="seconds to wait for the job")
+    parser.add_argument("--poll-interval", type=float, default=10.0, help="seconds between status reads")
     parser.add_argument("--cleanup", choices=CLEANUP_POLICIES, default="on-success",
                         help="delete the job after it ends (failed jobs are kept for inspection with on-success)")
     parser.add_argument("--dry-run", action="store_true", help="print the job manifest as YAML and create nothing")
@@ -108,6 +109,6 @@ def run(args: argparse.Namespace) -> int:
         spec = make_spec(launcher=args.backend, **spec_args)
         sys.stdout.write(yaml.safe_dump(job_manifest(spec), sort_keys=False))
         return 0
-    result = launch_training(launcher=args.backend, timeout_s=args.timeout, cleanup=args.cleanup, **spec_args)
+    result = launch_training(launcher=args.backend, timeout_s=args.timeout, cleanup=args.cleanup, poll_s=args.poll_interval, **spec_args)
     log.info("%s %s/%s succeeded in %.0f s; output in %s", result.kind, result.namespace, result.name, result.seconds, result.output_dir)
     return 0

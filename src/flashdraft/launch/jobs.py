@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from flashdraft.config import RECIPES_DIR, load_config, read_yaml
+from flashdraft.config import RECIPES_DIR, load_config, read_yaml, recipe_path
 from flashdraft.launch.spec import SCRATCH, LaunchSpec
 
 PYTORCHJOB_API = ("kubeflow.org", "v1", "pytorchjobs")
@@ -60,13 +60,11 @@ def train_arguments(recipe: str | None, overrides: list[str], output_dir: str) -
     """
     args: list[str] = []
     if recipe is not None:
-        packaged = Path(recipe).suffix not in (".yaml", ".yml") and (
-            (RECIPES_DIR / f"{recipe}.yaml").is_file() or (RECIPES_DIR / f"{recipe}_dflash.yaml").is_file()
-        )
-        if packaged:
-            args += ["--config", recipe]
+        path = recipe_path(recipe)
+        if path.parent == RECIPES_DIR:
+            args += ["--config", path.stem if Path(recipe).suffix else recipe]
         else:
-            args += [f"{key}={yaml_value(value)}" for key, value in _flatten(read_yaml(Path(recipe)))]
+            args += [f"{key}={yaml_value(value)}" for key, value in _flatten(read_yaml(path))]
     return args + list(overrides) + [f"train.output_dir={output_dir}"]
 
 

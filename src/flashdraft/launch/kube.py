@@ -29,7 +29,8 @@ def api_client():
         if in_cluster():
             config.load_incluster_config()
         else:
-            config.load_kube_config()
+            # Read KUBECONFIG now: the client library reads it once, at import.
+            config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
     except config.ConfigException as err:
         raise UserError(
             f"no Kubernetes credentials ({err}): set KUBECONFIG or run inside a cluster; "
@@ -48,7 +49,7 @@ def default_namespace() -> str:
     try:
         from kubernetes import config
 
-        _, context = config.list_kube_config_contexts()
+        _, context = config.list_kube_config_contexts(config_file=os.environ.get("KUBECONFIG"))
         return (context or {}).get("context", {}).get("namespace") or "default"
     except Exception:  # no kubeconfig: a dry run or an error later names the real problem
         return "default"

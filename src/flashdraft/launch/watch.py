@@ -51,7 +51,7 @@ class _LogFollower(threading.Thread):
         self._pod: dict | None = None
         self._streamed: set[tuple[str, int]] = set()
         self._lock = threading.Lock()
-        self._stop = threading.Event()
+        self._stopping = threading.Event()
         self._response = None
         self.lines = 0
 
@@ -75,7 +75,7 @@ class _LogFollower(threading.Thread):
 
     def run(self) -> None:
         while True:
-            stopping = self._stop.is_set()
+            stopping = self._stopping.is_set()
             nxt = self._next_key()
             if nxt is not None:
                 name, pod_key, restarts = nxt
@@ -84,7 +84,7 @@ class _LogFollower(threading.Thread):
             elif stopping:
                 return
             else:
-                self._stop.wait(0.2)
+                self._stopping.wait(0.2)
 
     def _stream(self, pod_name: str) -> None:
         from kubernetes.client import ApiException
@@ -104,7 +104,7 @@ class _LogFollower(threading.Thread):
         except ApiException as err:
             log.warning("cannot read the log of %s: HTTP %s %s", pod_name, err.status, err.reason)
         except Exception as err:  # the connection dropped (or we closed it on shutdown): not fatal
-            if not self._stop.is_set():
+            if not self._stopping.is_set():
                 log.warning("log stream of %s ended: %s", pod_name, err)
         finally:
             self._response = None
@@ -115,7 +115,7 @@ class _LogFollower(threading.Thread):
 
     def finish(self, timeout_s: float) -> None:
         """Let the last stream drain (a finished container's log ends by itself), then stop."""
-        self._stop.set()
+        self._stopping.set()
         self.join(timeout_s)
         response = self._response
         if self.is_alive() and response is not None:
