@@ -17,6 +17,7 @@ from flashdraft.errors import UserError
 COMMANDS: dict[str, tuple[str, str]] = {
     "draft-init": ("flashdraft.model.draft_init", "write a fresh DFlash draft checkpoint for a target"),
     "train": ("flashdraft.train.command", "train a draft against the frozen target (alone or under torchrun)"),
+    "warmup": ("flashdraft.warmup", "materialise and check the target, regenerate training answers with it"),
     "launch": ("flashdraft.launch.command", "run training as a PyTorchJob or TrainJob on Kubernetes"),
     "promote": ("flashdraft.promote", "register a trained draft in MLflow and move champion/challenger by policy"),
     "run": ("flashdraft.orchestrate", "run a pipeline file here with kfp's local runner (--local)"),

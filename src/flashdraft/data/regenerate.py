@@ -1,0 +1,345 @@
+"""Regenerate the assistant turns of chat prompts with the target, resumably.
+
+Drafts learn the target's own distribution, so the training answers must be the target's. The
+original assistant turns are dropped; each conversation is answered turn by turn (the answer to the
+first user turn is generated, appended, then the next user turn follows, ...).
+
+Resume: conversations go in fixed batches (prompt order). Each finished batch is appended to
+`<work>/completed.jsonl` as ONE line, flushed and fsynced, so a kill loses at most the batch in flight
+(a torn last line is discarded). A rerun skips finished batches and regenerates the rest with the same
+batch composition and seeds, and the final file is assembled in prompt order: the result equals an
+uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from flashdraft.errors import UserError
+
+log = logging.getLogger(__name__)
+
+COMPLETED_NAME = "completed.jsonl"
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Decoding settings; temperature 0 means greedy. top_p 1.0 / top_k 0 switch those filters off."""
+
+    max_new_tokens: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def target_sampling(
+    generation_config,
+    max_new_tokens: int,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    top_k: int | None = None,
+) -> Sampling:
+    """The target's recommended sampling (its generation_config), with explicit values taking precedence."""
+    sampled = bool(getattr(generation_config, "do_sample", False))
+    if temperature is None:
+        temperature = (getattr(generation_config, "temperature", None) or 1.0) if sampled else 0.0
+    if top_p is None:
+        top_p = (getattr(generation_config, "top_p", None) or 1.0) if sampled else 1.0
+    if top_k is None:
+        top_k = (getattr(generation_config, "top_k", None) or 0) if sampled else 0
+    if max_new_tokens < 1:
+        raise UserError(f"--max-new-tokens must be at least 1, got {max_new_tokens}")
+    if temperature < 0 or not 0 < top_p <= 1 or top_k < 0:
+        raise UserError(
+            f"bad sampling: temperature {temperature} (>= 0), top_p {top_p} (in (0, 1]), top_k {top_k} (>= 0)"
+        )
+    return Sampling(max_new_tokens, float(temperature), float(top_p), int(top_k))
+
+
+@dataclass(frozen=True)
+class Completion:
+    token_ids: list[int]  # the answer, without the stop token
+    finish_reason: str  # "stop" (a stop token) or "length" (max_new_tokens)
+
+
+def _cut_at_stop(ids: Sequence[int], stop_ids: set[int]) -> Completion:
+    for position, token in enumerate(ids):
+        if token in stop_ids:
+            return Completion(list(ids[:position]), "stop")
+    return Completion(list(ids), "length")
+
+
+class TransformersGenerator:
+    """Batched `generate` with left padding and a KV cache."""
+
+    def __init__(self, model, stop_ids: Sequence[int], pad_id: int):
+        self.model = model.eval()
+        self.stop_ids = set(stop_ids)
+        self.pad_id = pad_id
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: Sampling, seeds: Sequence[int]) -> list[Completion]:
+        from transformers import GenerationConfig
+
+        width = max(len(p) for p in prompts)
+        device = self.model.device
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, prompt in enumerate(prompts):
+            input_ids[row, width - len(prompt) :] = torch.tensor(prompt)
+            attention_mask[row, width - len(prompt) :] = 1
+        config = GenerationConfig(
+            max_new_tokens=sampling.max_new_tokens,
+            do_sample=not sampling.greedy,
+            temperature=sampling.temperature if not sampling.greedy else None,
+            top_p=sampling.top_p if not sampling.greedy else None,
+            top_k=sampling.top_k if not sampling.greedy else None,
+            eos_token_id=sorted(self.stop_ids),
+            pad_token_id=self.pad_id,
+        )
+        # One seed per batch: batches are fixed, so a resumed run draws the same samples.
+        torch.manual_seed(seeds[0])
+        out = self.model.generate(
+            input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), generation_config=config
+        )
+        return [_cut_at_stop(row[width:].tolist(), self.stop_ids) for row in out.cpu()]
+
+
+class VllmGenerator:
+    """vLLM offline inference on token-id prompts, with one sampling seed per request."""
+
+    def __init__(self, model_path: str | Path, stop_ids: Sequence[int], seed: int, trust_remote_code: bool = False):
+        from vllm import LLM
+
+        self.llm = LLM(model=str(model_path), seed=seed, trust_remote_code=trust_remote_code)
+        self.stop_ids = set(stop_ids)
+
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: Sampling, seeds: Sequence[int]) -> list[Completion]:
+        from vllm import SamplingParams
+
+        # top_p / top_k are passed only when on: vLLM versions disagree on how "off" is spelled.
+        filters = {} if sampling.greedy else {
+            **({"top_p": sampling.top_p} if sampling.top_p < 1 else {}),
+            **({"top_k": sampling.top_k} if sampling.top_k > 0 else {}),
+        }
+        params = [
+            SamplingParams(temperature=sampling.temperature, max_tokens=sampling.max_new_tokens, seed=seed,
+                           stop_token_ids=sorted(self.stop_ids), **filters)
+            for seed in seeds
+        ]
+        outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
+        completions = []
+        for output in outputs:
+            ids = list(output.outputs[0].token_ids)
+            if ids and ids[-1] in self.stop_ids:
+                ids.pop()
+            completions.append(Completion(ids, "stop" if output.outputs[0].finish_reason == "stop" else "length"))
+        return completions
+
+
+def turn_groups(messages: Sequence[dict]) -> list[list[dict]]:
+    """The prompt's turns: runs of system/user messages that each get one generated answer.
+
+    The original assistant messages only mark where a turn ends; a run without a user message (a lone
+    system prompt) joins the next turn.
+    """
+    groups: list[list[dict]] = [[]]
+    for message in messages:
+        if message["role"] == "assistant":
+            if any(m["role"] == "user" for m in groups[-1]):
+                groups.append([])
+        else:
+            groups[-1].append({"role": message["role"], "content": message["content"]})
+    if not any(m["role"] == "user" for m in groups[-1]):
+        tail = groups.pop()
+        if not groups:
+            raise UserError("a conversation has no user turn to answer")
+        groups[-1].extend(tail)  # a trailing system message is kept, unanswered
+    return groups
+
+
+class Renderer:
+    """Chat messages -> prompt token ids through the target's chat template."""
+
+    def __init__(self, tokenizer, thinking: bool | None = None):
+        self.tokenizer = tokenizer
+        self.template_kwargs = {} if thinking is None else {"enable_thinking": thinking}
+
+    def __call__(self, messages: Sequence[dict]) -> list[int]:
+        text = self.tokenizer.apply_chat_template(
+            list(messages), tokenize=False, add_generation_prompt=True, **self.template_kwargs
+        )
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def _answer_batch(rows: list[dict], render: Renderer, decode: Callable, generator, sampling: Sampling,
+                  seed: int, context: int | None) -> tuple[list[dict], int]:
+    """Regenerate every turn of a batch of conversations; returns the output rows and tokens generated.
+
+    A turn whose prompt plus `max_new_tokens` exceeds the target's `context` is not generated: its
+    conversation ends at the turn before, or is marked skipped when that was the first turn.
+    """
+    groups = [turn_groups(row["messages"]) for row in rows]
+    histories: list[list[dict]] = [[] for _ in rows]
+    turns: list[list[dict]] = [[] for _ in rows]
+    ended = [False] * len(rows)
+    generated = 0
+    for round_ in range(max(len(g) for g in groups)):
+        active, prompts = [], []
+        for i, group in enumerate(groups):
+            if ended[i] or round_ >= len(group):
+                continue
+            prompt = render(histories[i] + group[round_])
+            if context is not None and len(prompt) + sampling.max_new_tokens > context:
+                ended[i] = True
+                continue
+            histories[i].extend(group[round_])
+            active.append(i)
+            prompts.append(prompt)
+        if not active:
+            break
+        seeds = [seed * 1_000_003 + i * 1_009 + round_ for i in active]
+        for i, prompt, completion in zip(active, prompts, generator.generate(prompts, sampling, seeds)):
+            histories[i].append({"role": "assistant", "content": decode(completion.token_ids)})
+            turns[i].append({"finish_reason": completion.finish_reason, "prompt_tokens": len(prompt),
+                             "completion_tokens": len(completion.token_ids)})
+            generated += len(completion.token_ids)
+    out = []
+    for row, history, row_turns in zip(rows, histories, turns):
+        if not row_turns:
+            out.append({"id": row["id"], "skipped": "prompt_too_long"})
+            continue
+        out.append({
+            "id": row["id"],
+            "source": row["source"],
+            "messages": history,
+            "finish_reason": row_turns[-1]["finish_reason"],
+            "prompt_tokens": row_turns[0]["prompt_tokens"],
+            "completion_tokens": sum(t["completion_tokens"] for t in row_turns),
+            "turns": row_turns,
+        })
+    return out, generated
+
+
+def read_completed(work: Path) -> dict[int, list[dict]]:
+    """{batch index: rows} of the finished batches; a torn last line (a kill mid-write) is cut off."""
+    path = work / COMPLETED_NAME
+    if not path.exists():
+        return {}
+    data = path.read_bytes()
+    batches: dict[int, list[dict]] = {}
+    good = 0
+    for line in data.splitlines(keepends=True):
+        if not line.endswith(b"\n"):
+            break
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            break
+        batches.setdefault(record["batch"], record["rows"])
+        good += len(line)
+    if good < len(data):
+        log.warning("discarding a torn record at the end of %s (%d bytes)", path, len(data) - good)
+        with open(path, "r+b") as handle:
+            handle.truncate(good)
+    return batches
+
+
+def regenerate(
+    prompts,
+    *,
+    tokenizer,
+    generator,
+    sampling: Sampling,
+    work_dir: Path,
+    batch_size: int,
+    seed: int = 0,
+    thinking: bool | None = None,
+    context: int | None = None,
+) -> tuple[list[dict], dict]:
+    """Answer every prompt row (`id`, `source`, `messages`) with the target; returns (rows, run stats).
+
+    `work_dir` holds the resume state; rows come back in prompt order, without the conversations
+    whose first turn does not fit in `context` tokens (counted in the stats as skipped).
+    """
+    render = Renderer(tokenizer, thinking)
+
+    def decode(ids: list[int]) -> str:
+        return tokenizer.decode(ids, skip_special_tokens=False)
+
+    work_dir.mkdir(parents=True, exist_ok=True)
+    done = read_completed(work_dir)
+    n_batches = -(-len(prompts) // batch_size)
+    resumed = sum(len(done[b]) for b in done if b < n_batches)
+    generated = 0
+    started = time.perf_counter()
+    with (
+        open(work_dir / COMPLETED_NAME, "a", encoding="utf-8") as log_file,
+        tqdm(total=len(prompts), initial=resumed, desc="regenerate", unit="sample") as bar,
+    ):
+        for batch in range(n_batches):
+            if batch in done:
+                continue
+            rows = [prompts[i] for i in range(batch * batch_size, min((batch + 1) * batch_size, len(prompts)))]
+            answered, tokens = _answer_batch(rows, render, decode, generator, sampling, seed * 100_003 + batch,
+                                             context)
+            log_file.write(json.dumps({"batch": batch, "rows": answered}, ensure_ascii=False) + "\n")
+            log_file.flush()
+            os.fsync(log_file.fileno())
+            done[batch] = answered
+            generated += tokens
+            bar.update(len(rows))
+            bar.set_postfix(tok_s=f"{generated / (time.perf_counter() - started):.1f}")
+    seconds = time.perf_counter() - started
+    rows = [row for batch in range(n_batches) for row in done[batch]]
+    if [r["id"] for r in rows] != [p["id"] for p in prompts]:
+        raise RuntimeError(f"{work_dir / COMPLETED_NAME} does not match the prompts; remove the output and rerun")
+    skipped = sum("skipped" in row for row in rows)
+    if skipped:
+        log.warning("%d conversations skipped: their first prompt + max_new_tokens exceeds %s tokens", skipped, context)
+    rows = [row for row in rows if "skipped" not in row]
+    if not rows:
+        raise UserError(f"no prompt fits the target's {context}-token context with max_new_tokens "
+                        f"{sampling.max_new_tokens}; lower --max-new-tokens")
+    run = {"resumed_samples": resumed, "skipped_too_long": skipped, "generated_tokens": generated,
+           "seconds": round(seconds, 3),
+           "tokens_per_second": round(generated / seconds, 2) if seconds > 0 and generated else None}
+    return rows, run
+
+
+def dataset_stats(rows: Sequence[dict], sampling: Sampling) -> dict:
+    """Lengths and finish reasons of a regenerated dataset."""
+    turns = [t for row in rows for t in row["turns"]]
+    completion = [t["completion_tokens"] for t in turns]
+    prompt = [t["prompt_tokens"] for t in turns]
+    reasons = Counter(t["finish_reason"] for t in turns)
+    return {
+        "samples": len(rows),
+        "turns": len(turns),
+        "finish_reasons": dict(sorted(reasons.items())),
+        "truncated_fraction": round(reasons.get("length", 0) / len(turns), 4),
+        "completion_tokens": _summary(completion),
+        "prompt_tokens": _summary(prompt),
+        "sampling": asdict(sampling),
+    }
+
+
+def _summary(values: Sequence[int]) -> dict:
+    ordered = sorted(values)
+    return {"total": sum(ordered), "mean": round(statistics.fmean(ordered), 2), "min": ordered[0],
+            "p50": ordered[len(ordered) // 2], "p90": ordered[int(len(ordered) * 0.9)], "max": ordered[-1]}
