@@ -1,0 +1,53 @@
+"""Helpers for the trainer tests: pattern data and running `flashdraft train` in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def alphabet_chats(path: Path, rows: int, length: int = 48, seed: int = 0) -> Path:
+    """Replies that run through the alphabet from a random letter: the token at anchor + k is fully
+    determined by the anchor, so a draft can learn every slot."""
+    rng = random.Random(seed)
+    with path.open("w") as f:
+        for _ in range(rows):
+            start = rng.randrange(26)
+            reply = "".join(chr(97 + (start + k) % 26) for k in range(length))
+            messages = [{"role": "user", "content": "go"}, {"role": "assistant", "content": reply}]
+            f.write(json.dumps({"messages": messages}) + "\n")
+    return path
+
+
+def tiny_train_args(target: Path, data: Path, output: Path, **overrides) -> list[str]:
+    values = {
+        "target.name_or_path": str(target),
+        "data.train": str(data),
+        "train.output_dir": str(output),
+        "draft.num_layers": 1,
+        "draft.block_size": 4,
+        "strategy.num_anchors": 4,
+        **overrides,
+    }
+    return [f"{k}={v}" for k, v in values.items()]
+
+
+def run_cli(args: list[str], *, env: dict | None = None, torchrun: int = 0, timeout: int = 300):
+    """`python -m flashdraft.cli ...` (or torchrun with `torchrun` processes), one thread per process."""
+    launcher = [sys.executable]
+    if torchrun:
+        launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={torchrun}"]
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    return subprocess.run(
+        [*launcher, "-m", "flashdraft.cli", *args], capture_output=True, text=True, env=full_env, timeout=timeout
+    )
+
+
+def read_metrics(output: Path) -> list[dict]:
+    return [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
