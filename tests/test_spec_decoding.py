@@ -22,6 +22,13 @@ from flashdraft.spec.proposers import DraftProposer
 from flashdraft.spec.target_runner import TargetRunner
 from tiny_models import tiny_config
 
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    # Batch-1 decoding is many tiny ops: on a shared 2-core machine a second thread only spins.
+    torch.set_num_threads(1)
+
+
 PROMPT_LEN, NEW = 9, 24
 # Larger init for llama/qwen3: the default makes tiny random models repeat one token forever.
 INIT_RANGE = {"llama": 0.3, "qwen3": 0.3, "nemotron_h": 0.02}
@@ -157,3 +164,40 @@ def test_max_new_tokens_must_be_positive():
     with pytest.raises(UserError, match="max-new-tokens"):
         run_spec(target, DraftProposer(draft, target.get_input_embeddings(), target.get_output_embeddings()),
                  prompt(), new=-1)
+
+
+def _record_target_inputs(target):
+    seen = []
+
+    def keep(_module, args, kwargs):
+        ids = args[0] if args else kwargs["input_ids"]
+        seen.append(ids[0].tolist())
+
+    return seen, target.register_forward_pre_hook(keep, with_kwargs=True)
+
+
+@pytest.mark.parametrize("block", [4, 7])
+def test_matches_zlab_dflash_generate_token_for_token(tmp_path, block):
+    zlab = pytest.importorskip("dflash.model", reason="the z-lab reference (pip install --no-deps dflash==0.1.0)")
+    target = make_target("qwen3")
+    draft = make_draft(target, block_size=block)
+    draft.save_pretrained(tmp_path / "draft")
+    ref_draft = zlab.DFlashDraftModel.from_pretrained(tmp_path / "draft").eval()
+    ids = prompt(4)
+
+    seen, hook = _record_target_inputs(target)
+    theirs = zlab.dflash_generate(ref_draft, target, ids, max_new_tokens=NEW, stop_token_ids=None,
+                                  return_stats=False)
+    their_blocks = seen[1:]  # after the prefill: one verify forward per step, [anchor, drafts...]
+    seen.clear()
+    ours = run_spec(target, DraftProposer(draft, target.get_input_embeddings(), target.get_output_embeddings()), ids)
+    hook.remove()
+    our_blocks = seen[1:]
+
+    assert ours.tokens == theirs[0, PROMPT_LEN:].tolist()
+    # Same drafts at every step. Near the length limit z-lab shortens its block (and so changes the
+    # drafts); compare the full-length ones, which are all but the last few.
+    assert len(our_blocks) == len(their_blocks)
+    full = [i for i, b in enumerate(their_blocks) if len(b) == block]
+    assert len(full) >= len(their_blocks) - block
+    assert [our_blocks[i] for i in full] == [their_blocks[i] for i in full]
