@@ -196,3 +196,38 @@ def test_unreachable_hub_target_offline(tmp_path):
     assert out.returncode == 2, out.stderr[-2000:]
     assert "cannot fetch target 'no-such-org/no-such-model' from the hub" in out.stderr and "Offline?" in out.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("model_type", ["qwen3", "nemotron_h"])
+def test_left_padded_batches_equal_one_prompt_at_a_time(tiny_target, model_type):
+    """Batching must not change the answers, also for recurrent (Mamba) layers, which see the padding."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = tiny_target(model_type)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    render = regen.Renderer(AutoTokenizer.from_pretrained(path))
+    prompts = [render([{"role": "user", "content": "x" * n}]) for n in (3, 40, 17)]
+    generator = regen.TransformersGenerator(model, stop_ids=[2], pad_id=0)
+    sampling = regen.Sampling(20)
+    batched = generator.generate(prompts, sampling, [0])
+    assert batched == [generator.generate([p], sampling, [0])[0] for p in prompts]
+    assert len({len(p) for p in prompts}) == 3 and any(c.token_ids for c in batched)
+
+
+def test_turns_past_the_context_are_not_generated(tiny_target, tmp_path):
+    long = "y" * 600  # the byte tokenizer makes this > 512 tokens, the tiny target's context
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"messages": m}) + "\n" for m in [
+        [{"role": "user", "content": "short"}],
+        [{"role": "user", "content": long}],
+        [{"role": "user", "content": "short"}, {"role": "assistant", "content": "a"}, {"role": "user", "content": long}],
+    ]))
+    result = run_warmup(str(tiny_target("qwen3")), str(prompts), tmp_path / "out", **FAST)
+    rows = [json.loads(line) for line in result.dataset.read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["p.jsonl:0", "p.jsonl:2"]
+    assert [m["role"] for m in rows[1]["messages"]] == ["user", "assistant"]  # ended before the long turn
+    assert result.stats["skipped_too_long"] == 1 and result.stats["samples"] == 2
+    with pytest.raises(UserError, match="no prompt fits"):
+        run_warmup(str(tiny_target("qwen3")), str(prompts), tmp_path / "out2", backend="transformers",
+                   max_new_tokens=600)
+    assert not (tmp_path / "out2").exists()

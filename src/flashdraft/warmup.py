@@ -125,17 +125,23 @@ def run_warmup(
         tracker.log_params({"target": target, "target_revision": materialised.manifest.get("revision"),
                             **{k: v for k, v in settings.items() if k != "target"}})
         work = output / WORK_DIR
+        fresh = not output.exists()
         _start_or_resume(work, settings)
         _write_json(output / "summary.json", summary)
         _write_text(output / "chat_template.jinja", template)
-        answered, run = regen.regenerate(
-            rows, tokenizer=tokenizer, generator=generator, sampling=sampling, work_dir=work,
-            batch_size=batch_size, seed=seed, thinking=thinking,
-            context=getattr(config, "max_position_embeddings", None),
-        )
-        stats = {**regen.dataset_stats(answered, sampling), "run": {**run, "backend": backend}}
         dataset = output / f"train.{format}"
-        _write_dataset(dataset, answered)
+        try:
+            run = regen.regenerate(
+                rows, tokenizer=tokenizer, generator=generator, sampling=sampling, work_dir=work,
+                batch_size=batch_size, seed=seed, thinking=thinking,
+                context=getattr(config, "max_position_embeddings", None),
+            )
+            stats = {**regen.assemble(work, dataset, rows["id"], sampling), "run": {**run, "backend": backend}}
+        except UserError:
+            # Input that cannot work leaves nothing behind; a crash keeps `.partial` to resume from.
+            if fresh:
+                shutil.rmtree(output, ignore_errors=True)
+            raise
         _write_json(output / "stats.json", stats)
         manifest = {
             "target": materialised.manifest, "target_path": str(path), "dataset": dataset.name,
@@ -151,7 +157,7 @@ def run_warmup(
         })
         tracker.log_artifact(output / "summary.json")
         tracker.log_artifact(output / "stats.json")
-    log.info("warmup done: %d samples in %s", len(answered), dataset)
+    log.info("warmup done: %d samples in %s", stats["samples"], dataset)
     return WarmupResult(output, path, dataset, manifest, summary, stats)
 
 
@@ -325,17 +331,6 @@ def _write_text(path: Path, text: str) -> None:
 
 def _write_json(path: Path, data: dict) -> None:
     _write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-
-
-def _write_dataset(path: Path, rows: list[dict]) -> None:
-    if path.suffix == ".jsonl":
-        _write_text(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
-        return
-    import datasets
-
-    tmp = path.with_name(f".{path.name}.tmp")
-    datasets.Dataset.from_list(rows).to_parquet(str(tmp))
-    os.replace(tmp, path)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

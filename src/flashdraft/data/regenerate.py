@@ -19,7 +19,7 @@ import os
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -236,28 +236,28 @@ def _answer_batch(rows: list[dict], render: Renderer, decode: Callable, generato
     return out, generated
 
 
-def read_completed(work: Path) -> dict[int, list[dict]]:
-    """{batch index: rows} of the finished batches; a torn last line (a kill mid-write) is cut off."""
+def read_completed(work: Path) -> dict[int, int]:
+    """{batch index: byte offset of its record} of the finished batches; a torn last line is cut off."""
     path = work / COMPLETED_NAME
     if not path.exists():
         return {}
-    data = path.read_bytes()
-    batches: dict[int, list[dict]] = {}
+    offsets: dict[int, int] = {}
     good = 0
-    for line in data.splitlines(keepends=True):
-        if not line.endswith(b"\n"):
-            break
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            break
-        batches.setdefault(record["batch"], record["rows"])
-        good += len(line)
-    if good < len(data):
-        log.warning("discarding a torn record at the end of %s (%d bytes)", path, len(data) - good)
+    with open(path, "rb") as handle:
+        for line in handle:
+            if not line.endswith(b"\n"):
+                break
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                break
+            offsets.setdefault(record["batch"], good)
+            good += len(line)
+    if good < path.stat().st_size:
+        log.warning("discarding a torn record at the end of %s (%d bytes)", path, path.stat().st_size - good)
         with open(path, "r+b") as handle:
             handle.truncate(good)
-    return batches
+    return offsets
 
 
 def regenerate(
@@ -271,11 +271,12 @@ def regenerate(
     seed: int = 0,
     thinking: bool | None = None,
     context: int | None = None,
-) -> tuple[list[dict], dict]:
-    """Answer every prompt row (`id`, `source`, `messages`) with the target; returns (rows, run stats).
+) -> dict:
+    """Answer every prompt row (`id`, `source`, `messages`) with the target, into `work_dir`.
 
-    `work_dir` holds the resume state; rows come back in prompt order, without the conversations
-    whose first turn does not fit in `context` tokens (counted in the stats as skipped).
+    Finished batches already in `work_dir` are skipped. A turn whose prompt plus max_new_tokens exceeds
+    `context` is not generated (see `_answer_batch`). Returns this run's throughput; `assemble` writes
+    the dataset.
     """
     render = Renderer(tokenizer, thinking)
 
@@ -285,7 +286,7 @@ def regenerate(
     work_dir.mkdir(parents=True, exist_ok=True)
     done = read_completed(work_dir)
     n_batches = -(-len(prompts) // batch_size)
-    resumed = sum(len(done[b]) for b in done if b < n_batches)
+    resumed = sum(min(batch_size, len(prompts) - b * batch_size) for b in done if b < n_batches)
     generated = 0
     started = time.perf_counter()
     with (
@@ -301,42 +302,103 @@ def regenerate(
             log_file.write(json.dumps({"batch": batch, "rows": answered}, ensure_ascii=False) + "\n")
             log_file.flush()
             os.fsync(log_file.fileno())
-            done[batch] = answered
             generated += tokens
             bar.update(len(rows))
             bar.set_postfix(tok_s=f"{generated / (time.perf_counter() - started):.1f}")
     seconds = time.perf_counter() - started
-    rows = [row for batch in range(n_batches) for row in done[batch]]
-    if [r["id"] for r in rows] != [p["id"] for p in prompts]:
-        raise RuntimeError(f"{work_dir / COMPLETED_NAME} does not match the prompts; remove the output and rerun")
-    skipped = sum("skipped" in row for row in rows)
-    if skipped:
-        log.warning("%d conversations skipped: their first prompt + max_new_tokens exceeds %s tokens", skipped, context)
-    rows = [row for row in rows if "skipped" not in row]
-    if not rows:
-        raise UserError(f"no prompt fits the target's {context}-token context with max_new_tokens "
-                        f"{sampling.max_new_tokens}; lower --max-new-tokens")
-    run = {"resumed_samples": resumed, "skipped_too_long": skipped, "generated_tokens": generated,
-           "seconds": round(seconds, 3),
-           "tokens_per_second": round(generated / seconds, 2) if seconds > 0 and generated else None}
-    return rows, run
+    return {"resumed_samples": resumed, "generated_tokens": generated, "seconds": round(seconds, 3),
+            "tokens_per_second": round(generated / seconds, 2) if seconds > 0 and generated else None}
 
 
-def dataset_stats(rows: Sequence[dict], sampling: Sampling) -> dict:
-    """Lengths and finish reasons of a regenerated dataset."""
-    turns = [t for row in rows for t in row["turns"]]
-    completion = [t["completion_tokens"] for t in turns]
-    prompt = [t["prompt_tokens"] for t in turns]
-    reasons = Counter(t["finish_reason"] for t in turns)
+def assemble(work_dir: Path, path: Path, expected_ids: Sequence[str], sampling: Sampling) -> dict:
+    """Write the finished batches as one dataset in prompt order (.jsonl or .parquet), atomically.
+
+    Reads the batches one at a time, so memory does not grow with the dataset. Returns its stats.
+    """
+    offsets = read_completed(work_dir)
+    expected = iter(expected_ids)
+    completion: list[int] = []
+    prompt: list[int] = []
+    reasons: Counter = Counter()
+    counts = {"samples": 0, "skipped_too_long": 0}
+
+    def rows():
+        with open(work_dir / COMPLETED_NAME, "rb") as handle:
+            for batch in range(len(offsets)):
+                if batch not in offsets:
+                    raise RuntimeError(f"batch {batch} is missing from {handle.name}")
+                handle.seek(offsets[batch])
+                for row in json.loads(handle.readline())["rows"]:
+                    if row["id"] != next(expected, None):
+                        raise RuntimeError(f"{handle.name} does not match the prompts; remove the output, rerun")
+                    if "skipped" in row:
+                        counts["skipped_too_long"] += 1
+                        continue
+                    counts["samples"] += 1
+                    for turn in row["turns"]:
+                        completion.append(turn["completion_tokens"])
+                        prompt.append(turn["prompt_tokens"])
+                        reasons[turn["finish_reason"]] += 1
+                    yield row
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        if path.suffix == ".parquet":
+            _write_parquet(rows(), tmp)
+        else:
+            with open(tmp, "w", encoding="utf-8") as out:
+                for row in rows():
+                    out.write(json.dumps(row, ensure_ascii=False) + "\n")
+                out.flush()
+                os.fsync(out.fileno())
+        if next(expected, None) is not None:
+            raise RuntimeError(f"{work_dir / COMPLETED_NAME} misses prompts; rerun the same command to finish")
+        if not counts["samples"]:
+            raise UserError(f"no prompt fits the target's context with max_new_tokens {sampling.max_new_tokens}; "
+                            "lower --max-new-tokens")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    if counts["skipped_too_long"]:
+        log.warning("%d conversations skipped: their first prompt + max_new_tokens exceeds the target's context",
+                    counts["skipped_too_long"])
     return {
-        "samples": len(rows),
-        "turns": len(turns),
+        **counts,
+        "turns": len(completion),
         "finish_reasons": dict(sorted(reasons.items())),
-        "truncated_fraction": round(reasons.get("length", 0) / len(turns), 4),
+        "truncated_fraction": round(reasons.get("length", 0) / len(completion), 4),
         "completion_tokens": _summary(completion),
         "prompt_tokens": _summary(prompt),
         "sampling": asdict(sampling),
     }
+
+
+def _parquet_schema():
+    import pyarrow as pa
+
+    turn = pa.struct([("finish_reason", pa.string()), ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64())])
+    return pa.schema([
+        ("id", pa.string()), ("source", pa.string()),
+        ("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+        ("finish_reason", pa.string()), ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()),
+        ("turns", pa.list_(turn)),
+    ])
+
+
+def _write_parquet(rows: Iterable[dict], path: Path, group: int = 1024) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = _parquet_schema()
+    with pq.ParquetWriter(str(path), schema) as writer:
+        chunk: list[dict] = []
+        for row in rows:
+            chunk.append(row)
+            if len(chunk) == group:
+                writer.write_table(pa.Table.from_pylist(chunk, schema=schema))
+                chunk = []
+        if chunk:
+            writer.write_table(pa.Table.from_pylist(chunk, schema=schema))
 
 
 def _summary(values: Sequence[int]) -> dict:
