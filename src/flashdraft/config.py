@@ -87,9 +87,20 @@ class StrategyConfig:
     gamma: float | None = None  # decay of the slot weights exp(-(k-1)/gamma); None: the block-size rule
     attention: str = "auto"  # flex | sdpa | auto (flex on CUDA; sdpa with a dense mask elsewhere)
     lm_head_chunk: int = 1024  # tokens per LM-head chunk; 0 = full logits (memory hungry)
+    # mdlm / hybrid (diffusion LMs): the model itself is trained; see strategies/mdlm.py, hybrid.py.
+    mask_token_id: int | None = None  # None: the tokenizer's mask token
+    mdlm_eps: float = 1e-3  # mask probability p = (1 - eps) t + eps, t ~ U(0, 1)
+    allow_causal_model: bool = False  # mdlm: train a causal-only model type bidirectionally anyway
+    alpha: float = 1.0  # hybrid: loss = alpha * diffusion + autoregressive
+    masking: str = "uniform"  # hybrid: uniform (one t per sample) | block (one t per mask_block_size tokens)
+    mask_block_size: int = 32
 
     def __post_init__(self) -> None:
-        _at_least(self, "strategy", num_anchors=1, lm_head_chunk=0)
+        _at_least(self, "strategy", num_anchors=1, lm_head_chunk=0, alpha=0.0, mask_block_size=1)
+        if not 0.0 < self.mdlm_eps < 1.0:
+            raise UserError(f"strategy.mdlm_eps must be in (0, 1), got {self.mdlm_eps}")
+        if self.masking not in ("uniform", "block"):
+            raise UserError(f"strategy.masking: expected uniform or block, got {self.masking!r}")
         if self.attention not in ("auto", "flex", "sdpa"):
             raise UserError(f"strategy.attention: expected auto, flex or sdpa, got {self.attention!r}")
         if self.gamma is not None and not self.gamma > 0:

@@ -31,6 +31,8 @@ from flashdraft.errors import UserError
 
 STRATEGIES: dict[str, str] = {
     "dflash": "flashdraft.strategies.dflash:DFlashStrategy",
+    "mdlm": "flashdraft.strategies.mdlm:MDLMStrategy",
+    "hybrid": "flashdraft.strategies.hybrid:HybridStrategy",
 }
 
 

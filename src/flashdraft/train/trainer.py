@@ -189,7 +189,7 @@ class Trainer:
                     if dist.device.type == "cuda":
                         values["mfu"] = interval_flops / interval_time / (dist.world * train.peak_tflops * 1e12)
                     metrics.log(done, values)
-                    bar.set_postfix(loss=f"{values['loss']:.3f}", tau=f"{values['tau']:.2f}")
+                    bar.set_postfix({k: f"{values[k]:.3f}" for k in ("loss", "tau") if k in values})
                     interval, interval_time, interval_flops, interval_steps = {}, 0.0, 0.0, 0
                 if train.eval_every and done % train.eval_every == 0 and done < self.total_steps and self.eval_set:
                     metrics.log(done, self.evaluate())
