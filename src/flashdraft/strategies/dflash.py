@@ -134,6 +134,7 @@ class DFlashStrategy:
             device=device,
             attn_implementation=t.attn_implementation,
             trust_remote_code=t.trust_remote_code,
+            fast_path_required=t.require_fast_path,
         )
         if self.config.draft.init_from:
             draft = DFlashDraftModel.from_pretrained(self.config.draft.init_from, dtype=torch.float32)
