@@ -231,3 +231,23 @@ def test_turns_past_the_context_are_not_generated(tiny_target, tmp_path):
         run_warmup(str(tiny_target("qwen3")), str(prompts), tmp_path / "out2", backend="transformers",
                    max_new_tokens=600)
     assert not (tmp_path / "out2").exists()
+
+
+THINKING_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}"
+)
+
+
+def test_thinking_switch_reaches_the_chat_template(tmp_path):
+    target = save_tiny_target(tmp_path / "thinker", "llama")
+    tokenizer = tiny_tokenizer(chat_template=THINKING_TEMPLATE)
+    tokenizer.save_pretrained(target)
+    chat = [{"role": "user", "content": "hi"}]
+    rendered = {mode: tokenizer.decode(regen.Renderer(tokenizer, mode)(chat)) for mode in (None, True, False)}
+    assert "<think>" in rendered[False] and "<think>" not in rendered[True] and rendered[None] == rendered[True]
+    prompts = _prompts(tmp_path / "p.jsonl", 2)
+    result = run_warmup(str(target), prompts, tmp_path / "out", thinking=False, **FAST)
+    assert result.summary["chat_template"]["supports_thinking"] and result.manifest["settings"]["thinking"] is False
+    assert len(load_chat_dataset(str(result.dataset))) == 2
