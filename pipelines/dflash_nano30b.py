@@ -4,6 +4,9 @@
                 ├─► train ─► evaluate ─► promote        (inside an exit handler that closes the
     warmup ─────┘                                        MLflow parent run FINISHED or FAILED)
 
+Training runs in the train step's pod (launcher=local: torchrun) or as a PyTorchJob / TrainJob that
+the step launches (the default), in one of two branches of the same DAG.
+
 The defaults are the cluster recipe. `PROFILES["local"]` holds the arguments of the same DAG for one
 small machine (`flashdraft run pipelines/dflash_nano30b.py --local`).
 
@@ -27,6 +30,7 @@ from components.mlflow_run_end.component import mlflow_run_end  # noqa: E402
 from components.mlflow_run_start.component import mlflow_run_start  # noqa: E402
 from components.promote.component import promote  # noqa: E402
 from components.target_warmup.component import target_warmup  # noqa: E402
+from components.images import TRAINER_IMAGE  # noqa: E402
 from components.train.component import train  # noqa: E402
 
 TARGET = "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"
@@ -49,6 +53,7 @@ PROFILES = {
         "num_anchors": 8,
         "train_overrides": ["train.max_steps=6", "train.checkpoint_every=3", "train.log_every=1"],
         "gpus": 2,
+        "launcher": "local",
         "benchmarks": "gsm8k,chat",
         "eval_num_prompts": 2,
         "eval_max_new_tokens": 24,
@@ -98,7 +103,9 @@ def dflash_nano30b(
     num_anchors: int = 512,
     train_overrides: list = [],
     gpus: int = 8,
-    launcher: str = "local",
+    nodes: int = 1,
+    launcher: str = "pytorchjob",
+    data_pvc: str = "flashdraft-data",
     benchmarks: str = "gsm8k,humaneval,chat",
     eval_num_prompts: int = 0,
     eval_max_new_tokens: int = 0,
@@ -106,12 +113,12 @@ def dflash_nano30b(
     primary_benchmark: str = "gsm8k",
     min_tau_gain: float = 0.05,
     min_lossless: float = 1.0,
-    mlflow_tracking_uri: str = "http://mlflow.flashdraft.svc.cluster.local:5000",
+    mlflow_tracking_uri: str = "http://flashdraft-mlflow:5000",
     mlflow_experiment: str = "flashdraft",
     node_selector: dict = {},
     tolerations: list = [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
-    hf_token_secret: str = "hf-token",
-    mlflow_secret: str = "mlflow-credentials",
+    hf_token_secret: str = "flashdraft-hf-token",
+    mlflow_secret: str = "flashdraft-mlflow-auth",
 ) -> str:
     """Train, evaluate and promote a DFlash draft; returns the MLflow parent run's summary as JSON.
 
@@ -122,8 +129,12 @@ def dflash_nano30b(
         warmup_num_samples, warmup_max_new_tokens, eval_num_prompts, eval_max_new_tokens: 0 = command default.
         max_length, num_anchors: training sequence length and anchors (blocks) per sample.
         train_overrides: extra `key=value` training config overrides.
-        gpus: GPUs (torchrun processes) for training; warmup and evaluation use one.
-        launcher: where training runs: `local` (torchrun in the step's pod).
+        gpus: GPUs per node (torchrun processes) for training; warmup and evaluation use one.
+        nodes: training nodes (the Kubernetes launchers).
+        launcher: where training runs: `pytorchjob` / `trainjob` (a job the train step launches and
+            watches) or `local` (torchrun in the train step's own pod).
+        data_pvc: RWX claim (manifests/: flashdraft-data) the training job and the train step share:
+            staged inputs, checkpoints (a restarted job resumes), the job's hub cache.
         benchmarks: evaluation benchmarks, comma separated.
         model_name: registered model name in the MLflow registry.
         primary_benchmark, min_tau_gain, min_lossless: promotion policy.
@@ -155,27 +166,45 @@ def dflash_nano30b(
             target=target, prompts=prompts, num_samples=warmup_num_samples, max_new_tokens=warmup_max_new_tokens,
             workspace=workspace, **tracking,
         )
+        # Not cached: the target it materialises lives on this run's workspace volume, which later steps read.
+        warmup.set_caching_options(False)
         _on_gpu_nodes(_with_secrets(warmup, hf_token_secret, mlflow_secret), 1, node_selector, tolerations)
+        target_path = warmup.outputs["target_path"]
 
-        trained = train(
-            target=target, recipe=recipe, init_draft=init.outputs["draft"], dataset=warmup.outputs["dataset"],
-            overrides=train_overrides, max_length=max_length, num_anchors=num_anchors,
-            nproc_per_node=gpus, launcher=launcher, workspace=workspace, **tracking,
+        train_args = dict(
+            target=target_path, recipe=recipe, init_draft=init.outputs["draft"], dataset=warmup.outputs["dataset"],
+            overrides=train_overrides, max_length=max_length, num_anchors=num_anchors, nproc_per_node=gpus,
+            launcher=launcher, workspace=workspace, job_target=target, job_image=TRAINER_IMAGE, job_nodes=nodes,
+            job_data_pvc=data_pvc, job_key=dsl.PIPELINE_JOB_ID_PLACEHOLDER, hf_token_secret=hf_token_secret,
+            tolerations=tolerations, node_selector=node_selector, **tracking,
         )
-        trained.set_retry(num_retries=2)  # resumes from the latest checkpoint on the workspace
-        kubernetes.empty_dir_mount(trained, volume_name="dshm", mount_path="/dev/shm", medium="Memory")
-        _on_gpu_nodes(_with_secrets(trained, hf_token_secret, mlflow_secret), gpus, node_selector, tolerations)
+        def evaluate_and_promote(trained):
+            evaluated = evaluate(
+                draft=trained.outputs["draft"], target=target_path, benchmarks=benchmarks,
+                num_prompts=eval_num_prompts, max_new_tokens=eval_max_new_tokens, workspace=workspace, **tracking,
+            ).set_caching_options(False)
+            _on_gpu_nodes(_with_secrets(evaluated, hf_token_secret, mlflow_secret), 1, node_selector, tolerations)
+            promoted = promote(
+                draft=trained.outputs["draft"], report=evaluated.outputs["report"], model_name=model_name,
+                primary_benchmark=primary_benchmark, min_tau_gain=min_tau_gain, min_lossless=min_lossless,
+                target=target, target_revision=warmup.outputs["target_revision"], recipe=recipe, data=prompts,
+                **tracking,
+            ).set_caching_options(False)
+            _with_secrets(promoted, hf_token_secret, mlflow_secret)
 
-        evaluated = evaluate(
-            draft=trained.outputs["draft"], target=target, benchmarks=benchmarks, num_prompts=eval_num_prompts,
-            max_new_tokens=eval_max_new_tokens, workspace=workspace, **tracking,
-        ).set_caching_options(False)
-        _on_gpu_nodes(_with_secrets(evaluated, hf_token_secret, mlflow_secret), 1, node_selector, tolerations)
-
-        promoted = promote(
-            draft=trained.outputs["draft"], report=evaluated.outputs["report"], model_name=model_name,
-            primary_benchmark=primary_benchmark, min_tau_gain=min_tau_gain, min_lossless=min_lossless,
-            target=target, recipe=recipe, data=prompts, **tracking,
-        ).set_caching_options(False)
-        _with_secrets(promoted, hf_token_secret, mlflow_secret)
+        # Two branches, one of which runs: who holds the training GPUs differs. Evaluate and promote sit
+        # in each branch because kfp's local runner cannot pass an artifact through dsl.OneOf.
+        with dsl.If(launcher == "local", name="train-in-step"):
+            # torchrun in this step's pod: it holds the GPUs.
+            in_step = train(**train_args).set_display_name("train")
+            in_step.set_retry(num_retries=2)  # resumes from the latest checkpoint on the workspace
+            kubernetes.empty_dir_mount(in_step, volume_name="dshm", mount_path="/dev/shm", medium="Memory")
+            _on_gpu_nodes(_with_secrets(in_step, hf_token_secret, mlflow_secret), gpus, node_selector, tolerations)
+            evaluate_and_promote(in_step)
+        with dsl.Else(name="train-as-job"):
+            # A PyTorchJob / TrainJob holds the GPUs; this step only launches and watches it.
+            as_job = train(**train_args).set_display_name("train (launch job)")
+            kubernetes.mount_pvc(as_job, pvc_name=data_pvc, mount_path="/data")
+            _with_secrets(as_job, hf_token_secret, mlflow_secret)
+            evaluate_and_promote(as_job)
     return run_end.output

@@ -27,7 +27,7 @@ LAYER_OF_PACKAGE = {
     "model": MODEL,
     "target": INPUTS, "target_cache": INPUTS, "data": INPUTS, "strategies": INPUTS,
     "train": CORE, "spec": CORE,
-    "registry": SERVICES, "launch": SERVICES, "torchrun": SERVICES,
+    "registry": SERVICES, "launch": SERVICES, "train_launch": SERVICES,
     "cli": ENTRY, "orchestrate": ENTRY, "promote": ENTRY,
 }
 LAYER_OF_MODULE = {"flashdraft.model.draft_init": INPUTS}

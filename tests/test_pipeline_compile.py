@@ -45,8 +45,8 @@ def compiled(tmp_path_factory):
     return pipeline_spec, platform_spec["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
 
 
-def tasks(pipeline_spec):
-    return pipeline_spec["components"]["comp-exit-handler-1"]["dag"]["tasks"]
+def dag(pipeline_spec, component):
+    return pipeline_spec["components"][component]["dag"]["tasks"]
 
 
 def test_seed_recipe_defaults(compiled):
@@ -57,26 +57,40 @@ def test_seed_recipe_defaults(compiled):
     assert params["max_length"]["defaultValue"] == 4096 and params["num_anchors"]["defaultValue"] == 512
     assert params["prompts"]["defaultValue"] == [f"nvidia/Nemotron-Post-Training-Dataset-v2:{s}"
                                                 for s in ("chat", "math", "code")]
-    assert pipeline_spec["root"]["dag"]["tasks"]["mlflow-run-end"]["triggerPolicy"]["strategy"] == "ALL_UPSTREAM_TASKS_COMPLETED"
+    assert params["launcher"]["defaultValue"] == "pytorchjob"
+    root = pipeline_spec["root"]["dag"]["tasks"]
+    assert root["mlflow-run-end"]["triggerPolicy"]["strategy"] == "ALL_UPSTREAM_TASKS_COMPLETED"
 
 
 def test_dag_order_and_caching(compiled):
     pipeline_spec, _ = compiled
-    dag = tasks(pipeline_spec)
-    assert set(dag["train"]["dependentTasks"]) >= {"draft-init", "target-warmup"}
-    assert "train" in dag["evaluate"]["dependentTasks"]
-    assert set(dag["promote"]["dependentTasks"]) >= {"train", "evaluate"}
-    for name in ("evaluate", "promote", "mlflow-run-start"):
-        assert dag[name]["cachingOptions"] == {}, name  # caching off: {} means enableCache false
-    assert dag["train"]["cachingOptions"] == {"enableCache": True}
-    assert dag["train"]["retryPolicy"]["maxRetryCount"] == 2
+    body = dag(pipeline_spec, "comp-exit-handler-1")
+    # draft-init and warmup have no edge between them (parallel); training waits for both.
+    assert "draft-init" not in body["target-warmup"].get("dependentTasks", [])
+    assert set(body["condition-branches-2"]["dependentTasks"]) >= {"draft-init", "target-warmup"}
+    branches = dag(pipeline_spec, "comp-condition-branches-2")
+    assert branches["condition-3"]["triggerPolicy"]["condition"].endswith("== 'local'")
+    for component, suffix in (("comp-condition-3", ""), ("comp-condition-4", "-2")):
+        tasks = dag(pipeline_spec, component)
+        assert tasks[f"evaluate{suffix}"]["dependentTasks"] == [f"train{suffix}"]
+        assert set(tasks[f"promote{suffix}"]["dependentTasks"]) == {f"train{suffix}", f"evaluate{suffix}"}
+        for name in ("evaluate", "promote"):
+            assert tasks[f"{name}{suffix}"]["cachingOptions"] == {}, name  # {}: enableCache false
+        assert tasks[f"train{suffix}"]["cachingOptions"] == {"enableCache": True}
+    assert dag(pipeline_spec, "comp-condition-3")["train"]["retryPolicy"]["maxRetryCount"] == 2
+    for name in ("mlflow-run-start", "target-warmup"):
+        assert body[name]["cachingOptions"] == {}, name
 
 
 def test_kubernetes_wiring(compiled):
     pipeline_spec, executors = compiled
-    train = executors["exec-train"]
-    gpus = pipeline_spec["deploymentSpec"]["executors"]["exec-train"]["container"]["resources"]["accelerator"]
+    containers = pipeline_spec["deploymentSpec"]["executors"]
+    # launcher=local: the train step's pod holds `gpus` GPUs; a launched job's step holds none.
+    gpus = containers["exec-train"]["container"]["resources"]["accelerator"]
     assert gpus["resourceType"] == "nvidia.com/gpu" and "gpus" in str(gpus["resourceCount"])
+    assert "resources" not in containers["exec-train-2"]["container"]
+    assert executors["exec-train-2"]["pvcMount"][0]["pvcNameParameter"]["componentInputParameter"].endswith("data_pvc")
+    train = executors["exec-train"]
     secrets = {s["secretNameParameter"]["componentInputParameter"] for s in train["secretAsEnv"]}
     assert secrets == {"pipelinechannel--hf_token_secret", "pipelinechannel--mlflow_secret"}
     assert all(s["optional"] for s in train["secretAsEnv"])
@@ -84,9 +98,14 @@ def test_kubernetes_wiring(compiled):
     assert train["tolerations"][0]["tolerationJson"]["componentInputParameter"].endswith("tolerations")
     assert train["emptyDirMounts"][0]["mountPath"] == "/dev/shm"
     assert "nodeSelector" not in executors["exec-promote"]  # the registry step needs no GPU node
-    assert pipeline_spec["root"]["dag"]["tasks"]  # and the workspace volume is declared:
-    workspace = yaml.safe_load(PIPELINE.with_suffix(".yaml").read_text().split("\n---\n")[1])
-    assert workspace["platforms"]["kubernetes"]["pipelineConfig"]["workspace"]["size"] == "300Gi"
+    assert executors["exec-evaluate"]["nodeSelector"]
+
+
+def test_checked_in_pipeline_declares_the_workspace_volume():
+    _, platform = yaml.safe_load_all(PIPELINE.with_suffix(".yaml").read_text())
+    workspace = platform["platforms"]["kubernetes"]["pipelineConfig"]["workspace"]
+    assert workspace["size"] == "300Gi"
+    assert workspace["kubernetes"]["pvcSpecPatch"] == {"accessModes": ["ReadWriteMany"]}
 
 
 def test_workspace_size_and_storage_class_are_compile_time_settings(tmp_path):

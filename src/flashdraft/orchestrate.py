@@ -137,6 +137,18 @@ def compile_pipeline(path: str | Path, output: str | Path, env: Mapping[str, str
     return output
 
 
+def disable_caching(package: Path) -> None:
+    """Turn caching off on every task of a compiled pipeline, nested DAGs included (kfp.Client's own
+    `enable_caching` override reaches only the top-level tasks, not those inside an exit handler)."""
+    documents = list(yaml.safe_load_all(package.read_text()))
+    spec = documents[0]
+    dags = [spec["root"].get("dag", {})] + [c["dag"] for c in spec.get("components", {}).values() if "dag" in c]
+    for dag in dags:
+        for task in dag.get("tasks", {}).values():
+            task["cachingOptions"] = {"enableCache": False}
+    package.write_text(yaml.safe_dump_all(documents, sort_keys=False))
+
+
 def submit(
     path: str | Path,
     items: Sequence[str] = (),
@@ -146,24 +158,32 @@ def submit(
     run_name: str | None = None,
     namespace: str | None = None,
     service_account: str | None = None,
-    enable_caching: bool | None = None,
+    cache: bool = True,
     env: Mapping[str, str] | None = None,
 ):
-    """Compile the pipeline and create a run on the Kubeflow Pipelines server at `host`."""
+    """Compile the pipeline and create a run on the Kubeflow Pipelines server at `host`.
+
+    `cache=False` runs every step afresh; with True, steps cache as compiled (evaluation, promotion and
+    the MLflow steps never do).
+    """
     import kfp
 
     _, pipeline = load_pipeline(path, env)
     arguments = parse_arguments(pipeline, items)
     client = kfp.Client(host=host, namespace=namespace)
-    return client.create_run_from_pipeline_func(
-        pipeline,
-        arguments=arguments,
-        run_name=run_name,
-        experiment_name=experiment,
-        namespace=namespace,
-        service_account=service_account,
-        enable_caching=enable_caching,
-    )
+    with tempfile.TemporaryDirectory() as tmp:
+        package = Path(tmp) / "pipeline.yaml"
+        compile_pipeline(path, package, env)
+        if not cache:
+            disable_caching(package)
+        return client.create_run_from_pipeline_package(
+            str(package),
+            arguments=arguments,
+            run_name=run_name,
+            experiment_name=experiment,
+            namespace=namespace,
+            service_account=service_account,
+        )
 
 
 def ui_hint(tracking_uri: str) -> str:
@@ -212,9 +232,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-name", help="KFP run name")
     parser.add_argument("--namespace", help="Kubeflow profile namespace (multi-user installs)")
     parser.add_argument("--service-account", help="service account the run's pods use")
-    parser.add_argument("--cache", dest="enable_caching", action="store_true", default=None,
-                        help="allow cached steps (evaluate and promote never cache)")
-    parser.add_argument("--no-cache", dest="enable_caching", action="store_false", help="run every step")
+    parser.add_argument("--no-cache", dest="cache", action="store_false",
+                        help="run every step afresh (default: steps cache as compiled; evaluate and promote never do)")
     parser.add_argument("--workspace-size", help="size of the run's workspace volume (default: the pipeline's)")
     parser.add_argument("--storage-class", help="storage class of the workspace volume (RWX)")
     parser.add_argument("--output", type=Path, help="also write the compiled pipeline YAML here")
@@ -227,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
             compile_pipeline(args.pipeline, args.output, env)
         result = submit(args.pipeline, args.arguments, host=args.host, experiment=args.experiment,
                         run_name=args.run_name, namespace=args.namespace, service_account=args.service_account,
-                        enable_caching=args.enable_caching, env=env)
+                        cache=args.cache, env=env)
         print(f"submitted run {result.run_id} to {args.host} (experiment {args.experiment})")
         return 0
     profile = None if args.profile == "none" else args.profile
