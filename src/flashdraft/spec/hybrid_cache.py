@@ -71,8 +71,14 @@ class RecurrentStates:
         return out
 
     def commit_prefill(self) -> None:
-        """After the prefill: the states it left are the first committed ones."""
-        self._committed = [(conv.clone(), ssm.clone()) for conv, ssm in self._live()]
+        """After the prefill: the states it left are the first committed ones.
+
+        The copies are allocated once and then overwritten, so captured CUDA graphs stay valid.
+        """
+        if not self._committed:
+            self._committed = [(conv.clone(), ssm.clone()) for conv, ssm in self._live()]
+        else:
+            self._save()
 
     def restore(self) -> None:
         for (conv, ssm), (c_conv, c_ssm) in zip(self._live(), self._committed):

@@ -74,8 +74,10 @@ class DraftProposer:
         size = max_len + self.block_size
         if self.kv is None or self.kv.max_len < size:
             self.kv = ContextKV(self.draft.config.num_hidden_layers, size)
+            self.kv.length = torch.zeros((), dtype=torch.long, device=self.device)
             self._key_positions = torch.arange(size, device=self.device)
-        self.kv.length = torch.zeros((), dtype=torch.long, device=self.device)
+        # Same buffers for every sequence: captured CUDA graphs keep pointing at them.
+        self.kv.length.zero_()
 
     @torch.no_grad()
     def propose(

@@ -1,0 +1,65 @@
+"""The evaluation report: one JSON with every number and setting, and PNG plots next to it."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_json(report: dict, path: Path) -> None:
+    """Atomically: a reader never sees half a report."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as handle:
+        json.dump(report, handle, indent=2)
+        handle.write("\n")
+    os.replace(tmp, path)
+
+
+def plot(report: dict, out_dir: Path, stem: str) -> list[Path]:
+    """<stem>_acceptance_histogram.png and <stem>_slot_acceptance.png, one series per benchmark."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    benches = {
+        name: r["speculative"] for name, r in report["benchmarks"].items() if r["speculative"]["verify_steps"]
+    }
+    written = []
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    width = 0.8 / max(len(benches), 1)
+    for i, (name, spec) in enumerate(benches.items()):
+        lengths = [int(k) for k in spec["accept_length_histogram"]]
+        counts = list(spec["accept_length_histogram"].values())
+        total = sum(counts) or 1
+        ax.bar([x + i * width for x in lengths], [c / total for c in counts], width=width,
+               label=f"{name} (tau {spec['tau_pooled']:.2f})")
+    ax.set_xlabel("tokens per verify step (accepted drafts + bonus)")
+    ax.set_ylabel("share of steps")
+    ax.set_title("Acceptance length")
+    ax.legend()
+    fig.tight_layout()
+    written.append(out_dir / f"{stem}_acceptance_histogram.png")
+    fig.savefig(written[-1], dpi=120)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, spec in benches.items():
+        rates = spec["slot_acceptance"]
+        ax.plot(range(1, len(rates) + 1), rates, marker="o", label=f"{name}: P(slots 1..k accepted)")
+        cond = spec["slot_acceptance_conditional"]
+        ax.plot(range(1, len(cond) + 1), cond, linestyle="--", label=f"{name}: P(slot k | 1..k-1)")
+    ax.set_xlabel("draft slot k")
+    ax.set_ylabel("acceptance")
+    ax.set_ylim(0, 1.02)
+    ax.set_title("Per-slot acceptance")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    written.append(out_dir / f"{stem}_slot_acceptance.png")
+    fig.savefig(written[-1], dpi=120)
+    plt.close(fig)
+    return written
