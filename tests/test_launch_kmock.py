@@ -335,6 +335,7 @@ def test_owner_reference_from_kfp_env(emulator, namespace, monkeypatch):
     op = Operator(emulator, namespace).run(script)
     launch(emulator, namespace, cleanup="never")
     op.join()
+    assert seen["spec"]["runPolicy"]["activeDeadlineSeconds"] == 15  # the launcher's timeout, enforced by the cluster too
     assert seen["metadata"]["ownerReferences"] == [
         {"apiVersion": "v1", "kind": "Pod", "name": "dflash-pipeline-train-123", "uid": "4f1c-uid"}]
     assert op.job() is not None  # cleanup=never keeps it; the owner's deletion will collect it

