@@ -103,7 +103,9 @@ def test_base_image_pinned_and_user_non_root(name):
 
 
 def test_parser_sees_unpinned_packages():
-    steps = parse('ARG V=1.0\nRUN apt-get update \\\n  && A="x;y" pip install --index-url "$U" torch "numpy==${V}" /opt/flashdraft/src\n')
+    steps = parse(
+        'ARG V=1.0\nRUN apt-get update \\\n  && A="x;y" pip install --index-url "$U" torch "numpy==${V}" /opt/flashdraft/src\n'
+    )
     assert pip_requirements(steps, args_and_env(steps)[0]) == ["torch", "numpy==1.0", "/opt/flashdraft/src"]
 
 
@@ -126,12 +128,18 @@ def test_trainer_builds_mamba_kernels_for_h100_h200():
     assert {"8.0", "9.0"} <= arches
     build = [rest for keyword, rest in steps if keyword == "RUN" and "mamba-ssm" in rest]
     assert len(build) == 1
-    for flag in ('TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST}"', "MAMBA_FORCE_BUILD=TRUE", "CAUSAL_CONV1D_FORCE_BUILD=TRUE",
-                 "--no-build-isolation"):
+    for flag in (
+        'TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST}"',
+        "MAMBA_FORCE_BUILD=TRUE",
+        "CAUSAL_CONV1D_FORCE_BUILD=TRUE",
+        "--no-build-isolation",
+    ):
         assert flag in build[0]
     reqs = pip_requirements(steps, args)
     assert "mamba-ssm==2.3.2.post1" in reqs and "causal-conv1d==1.7.0" in reqs
-    assert any(keyword == "RUN" and "check_kernels.py" in rest and "TORCH_CUDA_ARCH_LIST" in rest for keyword, rest in steps)
+    assert any(
+        keyword == "RUN" and "check_kernels.py" in rest and "TORCH_CUDA_ARCH_LIST" in rest for keyword, rest in steps
+    )
     base = expand([rest for keyword, rest in steps if keyword == "FROM"][0], args)
     assert "devel" in base and "cuda" in base  # nvcc for the build, a compiler for Triton at run time
     assert args["TORCH_INDEX_URL"].endswith("/cu128") and "12.8" in base  # wheel CUDA == toolkit CUDA

@@ -20,9 +20,8 @@ import kmock
 import pytest
 from kubernetes import client
 
-from flashdraft.launch import JobFailedError, JobStuckError, JobTimeoutError, launch_training
-from flashdraft.launch import kube
 from flashdraft.errors import UserError
+from flashdraft.launch import JobFailedError, JobStuckError, JobTimeoutError, kube, launch_training
 
 IMAGE = "reg.example/flashdraft-trainer:0.1.0-cuda12.8"
 PTJ = ("kubeflow.org", "v1", "pytorchjobs")
@@ -50,7 +49,12 @@ class Emulator:
             await self.emu.__aenter__()
             self.server = kmock.Server(self.emu)
             await self.server.__aenter__()
-            for resource in ("kubeflow.org/v1/pytorchjobs", "trainer.kubeflow.org/v1alpha1/trainjobs", "v1/pods", "v1/events"):
+            for resource in (
+                "kubeflow.org/v1/pytorchjobs",
+                "trainer.kubeflow.org/v1alpha1/trainjobs",
+                "v1/pods",
+                "v1/events",
+            ):
                 self.emu.resources[resource] = {}
 
         self.loop.run_until_complete(start())
@@ -107,21 +111,34 @@ class Operator:
     def set_conditions(self, name: str, *types: str, message: str = "") -> None:
         group, version, plural = self.api_group
         conditions = [{"type": t, "status": "True", "reason": f"Job{t}", "message": message} for t in types]
-        self.custom.patch_namespaced_custom_object(group, version, self.namespace, plural, name, {"status": {"conditions": conditions}})
+        self.custom.patch_namespaced_custom_object(
+            group, version, self.namespace, plural, name, {"status": {"conditions": conditions}}
+        )
 
     def pod(self, name: str, labels: dict, container: str, status: dict) -> None:
-        body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": self.namespace, "labels": labels, "uid": f"uid-{name}"},
-                "spec": {"containers": [{"name": container, "image": IMAGE}]}, "status": status}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": self.namespace, "labels": labels, "uid": f"uid-{name}"},
+            "spec": {"containers": [{"name": container, "image": IMAGE}]},
+            "status": status,
+        }
         self.core.create_namespaced_pod(self.namespace, body)
 
     def pod_status(self, name: str, status: dict) -> None:
         self.core.patch_namespaced_pod(name, self.namespace, {"status": status})
 
     def event(self, involved: str, kind: str, reason: str, message: str) -> None:
-        self.core.create_namespaced_event(self.namespace, {
-            "metadata": {"name": f"{involved}.{reason.lower()}", "namespace": self.namespace},
-            "involvedObject": {"kind": kind, "name": involved, "namespace": self.namespace},
-            "type": "Warning", "reason": reason, "message": message})
+        self.core.create_namespaced_event(
+            self.namespace,
+            {
+                "metadata": {"name": f"{involved}.{reason.lower()}", "namespace": self.namespace},
+                "involvedObject": {"kind": kind, "name": involved, "namespace": self.namespace},
+                "type": "Warning",
+                "reason": reason,
+                "message": message,
+            },
+        )
 
     def run(self, script) -> Operator:
         def target():
@@ -141,19 +158,43 @@ class Operator:
 
 
 def master_labels(job: str, role: str = "master", index: int = 0) -> dict:
-    return {"training.kubeflow.org/job-name": job, "training.kubeflow.org/replica-type": role,
-            "training.kubeflow.org/replica-index": str(index)}
+    return {
+        "training.kubeflow.org/job-name": job,
+        "training.kubeflow.org/replica-type": role,
+        "training.kubeflow.org/replica-index": str(index),
+    }
 
 
 def running(container: str, restarts: int = 0) -> dict:
-    return {"phase": "Running", "containerStatuses": [
-        {"name": container, "ready": True, "restartCount": restarts, "image": IMAGE, "imageID": "", "state": {"running": {}}}]}
+    return {
+        "phase": "Running",
+        "containerStatuses": [
+            {
+                "name": container,
+                "ready": True,
+                "restartCount": restarts,
+                "image": IMAGE,
+                "imageID": "",
+                "state": {"running": {}},
+            }
+        ],
+    }
 
 
 def launch(emulator, namespace, **kw):
-    args = dict(launcher="pytorchjob", image=IMAGE, recipe="smollm2_135m", nodes=2, gpus_per_node=1,
-                pvcs=["flashdraft-data:/data"], namespace=namespace, name="fd-job", timeout_s=15, poll_s=0.05,
-                api_client=emulator.api())
+    args = dict(
+        launcher="pytorchjob",
+        image=IMAGE,
+        recipe="smollm2_135m",
+        nodes=2,
+        gpus_per_node=1,
+        pvcs=["flashdraft-data:/data"],
+        namespace=namespace,
+        name="fd-job",
+        timeout_s=15,
+        poll_s=0.05,
+        api_client=emulator.api(),
+    )
     args.update(kw)
     return launch_training(**args)
 
@@ -183,8 +224,10 @@ def test_success_streams_master_log_across_a_restart_and_deletes_the_job(emulato
     assert result.output_dir == "/data/runs/fd-job"
     streamed = [r.getMessage() for r in caplog.records if r.name == "flashdraft.launch.job"]
     assert streamed == [
-        "[fd-job-master-0] step 1 loss 2.5", "[fd-job-master-0] step 2 loss 2.1",
-        "[fd-job-master-0] resumed from step 2", "[fd-job-master-0] step 3 loss 1.9",
+        "[fd-job-master-0] step 1 loss 2.5",
+        "[fd-job-master-0] step 2 loss 2.1",
+        "[fd-job-master-0] resumed from step 2",
+        "[fd-job-master-0] step 3 loss 1.9",
     ]
     assert result.log_lines == 4
     assert op.job() is None  # cleanup on success
@@ -193,12 +236,20 @@ def test_success_streams_master_log_across_a_restart_and_deletes_the_job(emulato
 def test_trainjob_success(emulator, namespace, caplog):
     def script(op: Operator):
         name = op.wait_job()["metadata"]["name"]
-        labels = {"jobset.sigs.k8s.io/jobset-name": name, "jobset.sigs.k8s.io/replicatedjob-name": "node",
-                  "batch.kubernetes.io/job-completion-index": "0"}
+        labels = {
+            "jobset.sigs.k8s.io/jobset-name": name,
+            "jobset.sigs.k8s.io/replicatedjob-name": "node",
+            "batch.kubernetes.io/job-completion-index": "0",
+        }
         emulator.logs[f"{name}-node-0-0-abcde"] = b"trainjob rank 0 says hi\n"
         before = emulator.log_requests()
         op.pod(f"{name}-node-0-0-abcde", labels, "node", running("node"))
-        op.pod(f"{name}-node-0-1-fghij", {**labels, "batch.kubernetes.io/job-completion-index": "1"}, "node", running("node"))
+        op.pod(
+            f"{name}-node-0-1-fghij",
+            {**labels, "batch.kubernetes.io/job-completion-index": "1"},
+            "node",
+            running("node"),
+        )
         wait_for(lambda: emulator.log_requests() > before, what="the log stream")
         op.set_conditions(name, "Complete")
 
@@ -213,10 +264,30 @@ def test_trainjob_success(emulator, namespace, caplog):
 def test_failure_names_the_pod_reason_and_keeps_the_job(emulator, namespace):
     def script(op: Operator):
         name = op.wait_job()["metadata"]["name"]
-        op.pod(f"{name}-master-0", master_labels(name), "pytorch", {"phase": "Failed", "containerStatuses": [{
-            "name": "pytorch", "ready": False, "restartCount": 3, "image": IMAGE, "imageID": "",
-            "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]})
-        op.set_conditions(name, "Created", "Failed", message="PyTorchJob fd-job has failed because it has reached the specified backoff limit")
+        op.pod(
+            f"{name}-master-0",
+            master_labels(name),
+            "pytorch",
+            {
+                "phase": "Failed",
+                "containerStatuses": [
+                    {
+                        "name": "pytorch",
+                        "ready": False,
+                        "restartCount": 3,
+                        "image": IMAGE,
+                        "imageID": "",
+                        "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}},
+                    }
+                ],
+            },
+        )
+        op.set_conditions(
+            name,
+            "Created",
+            "Failed",
+            message="PyTorchJob fd-job has failed because it has reached the specified backoff limit",
+        )
 
     op = Operator(emulator, namespace).run(script)
     with pytest.raises(JobFailedError) as err:
@@ -231,10 +302,30 @@ def test_failure_names_the_pod_reason_and_keeps_the_job(emulator, namespace):
 def test_crashloop_exit_code_in_failure(emulator, namespace):
     def script(op: Operator):
         name = op.wait_job()["metadata"]["name"]
-        op.pod(f"{name}-master-0", master_labels(name), "pytorch", {"phase": "Running", "containerStatuses": [{
-            "name": "pytorch", "ready": False, "restartCount": 4, "image": IMAGE, "imageID": "",
-            "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s restarting failed container"}},
-            "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}]})
+        op.pod(
+            f"{name}-master-0",
+            master_labels(name),
+            "pytorch",
+            {
+                "phase": "Running",
+                "containerStatuses": [
+                    {
+                        "name": "pytorch",
+                        "ready": False,
+                        "restartCount": 4,
+                        "image": IMAGE,
+                        "imageID": "",
+                        "state": {
+                            "waiting": {
+                                "reason": "CrashLoopBackOff",
+                                "message": "back-off 40s restarting failed container",
+                            }
+                        },
+                        "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}},
+                    }
+                ],
+            },
+        )
         time.sleep(0.3)
         op.set_conditions(name, "Failed")
 
@@ -249,9 +340,26 @@ def test_crashloop_exit_code_in_failure(emulator, namespace):
 def test_image_pull_backoff_fails_fast_and_frees_the_gpus(emulator, namespace):
     def script(op: Operator):
         name = op.wait_job()["metadata"]["name"]
-        op.pod(f"{name}-master-0", master_labels(name), "pytorch", {"phase": "Pending", "containerStatuses": [{
-            "name": "pytorch", "ready": False, "restartCount": 0, "image": IMAGE, "imageID": "",
-            "state": {"waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{IMAGE}"'}}}]})
+        op.pod(
+            f"{name}-master-0",
+            master_labels(name),
+            "pytorch",
+            {
+                "phase": "Pending",
+                "containerStatuses": [
+                    {
+                        "name": "pytorch",
+                        "ready": False,
+                        "restartCount": 0,
+                        "image": IMAGE,
+                        "imageID": "",
+                        "state": {
+                            "waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{IMAGE}"'}
+                        },
+                    }
+                ],
+            },
+        )
 
     op = Operator(emulator, namespace).run(script)
     start = time.monotonic()
@@ -266,9 +374,29 @@ def test_image_pull_backoff_fails_fast_and_frees_the_gpus(emulator, namespace):
 def test_missing_secret_is_named(emulator, namespace):
     def script(op: Operator):
         name = op.wait_job()["metadata"]["name"]
-        op.pod(f"{name}-master-0", master_labels(name), "pytorch", {"phase": "Pending", "containerStatuses": [{
-            "name": "pytorch", "ready": False, "restartCount": 0, "image": IMAGE, "imageID": "",
-            "state": {"waiting": {"reason": "CreateContainerConfigError", "message": 'secret "flashdraft-hf-token" not found'}}}]})
+        op.pod(
+            f"{name}-master-0",
+            master_labels(name),
+            "pytorch",
+            {
+                "phase": "Pending",
+                "containerStatuses": [
+                    {
+                        "name": "pytorch",
+                        "ready": False,
+                        "restartCount": 0,
+                        "image": IMAGE,
+                        "imageID": "",
+                        "state": {
+                            "waiting": {
+                                "reason": "CreateContainerConfigError",
+                                "message": 'secret "flashdraft-hf-token" not found',
+                            }
+                        },
+                    }
+                ],
+            },
+        )
 
     op = Operator(emulator, namespace).run(script)
     with pytest.raises(JobStuckError) as err:
@@ -282,8 +410,17 @@ def test_timeout_reports_unschedulable_pods_and_deletes(emulator, namespace):
 
     def script(op: Operator):
         name = op.wait_job()["metadata"]["name"]
-        op.pod(f"{name}-master-0", master_labels(name), "pytorch", {"phase": "Pending", "conditions": [
-            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]})
+        op.pod(
+            f"{name}-master-0",
+            master_labels(name),
+            "pytorch",
+            {
+                "phase": "Pending",
+                "conditions": [
+                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+                ],
+            },
+        )
         op.event(f"{name}-master-0", "Pod", "FailedScheduling", message)
 
     op = Operator(emulator, namespace).run(script)
@@ -300,8 +437,12 @@ def test_timeout_reports_unschedulable_pods_and_deletes(emulator, namespace):
 def test_unknown_service_account_from_operator_events(emulator, namespace):
     def script(op: Operator):
         name = op.wait_job()["metadata"]["name"]
-        op.event(name, "PyTorchJob", "FailedCreatePod",
-                 f'Error creating: pods "{name}-master-0" is forbidden: error looking up service account {namespace}/trainer: serviceaccount "trainer" not found')
+        op.event(
+            name,
+            "PyTorchJob",
+            "FailedCreatePod",
+            f'Error creating: pods "{name}-master-0" is forbidden: error looking up service account {namespace}/trainer: serviceaccount "trainer" not found',
+        )
 
     op = Operator(emulator, namespace).run(script)
     with pytest.raises(JobStuckError) as err:
@@ -335,9 +476,12 @@ def test_owner_reference_from_kfp_env(emulator, namespace, monkeypatch):
     op = Operator(emulator, namespace).run(script)
     launch(emulator, namespace, cleanup="never")
     op.join()
-    assert seen["spec"]["runPolicy"]["activeDeadlineSeconds"] == 15  # the launcher's timeout, enforced by the cluster too
+    assert (
+        seen["spec"]["runPolicy"]["activeDeadlineSeconds"] == 15
+    )  # the launcher's timeout, enforced by the cluster too
     assert seen["metadata"]["ownerReferences"] == [
-        {"apiVersion": "v1", "kind": "Pod", "name": "dflash-pipeline-train-123", "uid": "4f1c-uid"}]
+        {"apiVersion": "v1", "kind": "Pod", "name": "dflash-pipeline-train-123", "uid": "4f1c-uid"}
+    ]
     assert op.job() is not None  # cleanup=never keeps it; the owner's deletion will collect it
 
 
@@ -354,7 +498,12 @@ def test_owner_reference_in_cluster_reads_the_pod_uid(emulator, namespace, monke
     op = Operator(emulator, namespace)
     op.pod(socket.gethostname(), {}, "main", {"phase": "Running"})
     owner = kube.pipeline_pod_owner(op.core, namespace)
-    assert owner == {"apiVersion": "v1", "kind": "Pod", "name": socket.gethostname(), "uid": f"uid-{socket.gethostname()}"}
+    assert owner == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": socket.gethostname(),
+        "uid": f"uid-{socket.gethostname()}",
+    }
     assert kube.default_namespace() == namespace
     # A job in another namespace cannot be owned by this pod.
     assert kube.pipeline_pod_owner(op.core, "elsewhere") is None
@@ -362,28 +511,35 @@ def test_owner_reference_in_cluster_reads_the_pod_uid(emulator, namespace, monke
 
 def test_api_errors_are_clear(emulator, namespace):
     forbidden = f'pytorchjobs.kubeflow.org is forbidden: User "system:serviceaccount:{namespace}:pipeline-runner" cannot create resource "pytorchjobs"'
-    emulator.emu["post", kmock.namespace(namespace), kmock.resource("kubeflow.org/v1/pytorchjobs")] << kmock.KubernetesError(
-        status=403, reason="Forbidden", message=forbidden)
+    emulator.emu[
+        "post", kmock.namespace(namespace), kmock.resource("kubeflow.org/v1/pytorchjobs")
+    ] << kmock.KubernetesError(status=403, reason="Forbidden", message=forbidden)
     with pytest.raises(UserError) as err:
         launch(emulator, namespace)
     assert forbidden in str(err.value) and "manifests/" in str(err.value)
 
     missing = f"team-missing-{namespace}"
     emulator.emu["post", kmock.namespace(missing)] << kmock.KubernetesError(
-        status=404, reason="NotFound", message=f'namespaces "{missing}" not found')
+        status=404, reason="NotFound", message=f'namespaces "{missing}" not found'
+    )
     with pytest.raises(UserError, match=f"namespace '{missing}' does not exist"):
         launch(emulator, missing)
 
     no_crd = f"team-nocrd-{namespace}"
-    emulator.emu["post", kmock.namespace(no_crd), kmock.resource("trainer.kubeflow.org/v1alpha1/trainjobs")] << kmock.KubernetesError(
-        status=404, reason="NotFound", message="the server could not find the requested resource")
+    emulator.emu[
+        "post", kmock.namespace(no_crd), kmock.resource("trainer.kubeflow.org/v1alpha1/trainjobs")
+    ] << kmock.KubernetesError(
+        status=404, reason="NotFound", message="the server could not find the requested resource"
+    )
     with pytest.raises(UserError, match=r"does not serve TrainJob .* install Kubeflow Trainer"):
         launch(emulator, no_crd, launcher="trainjob")
 
 
 def test_name_clash_is_clear(emulator, namespace):
     op = Operator(emulator, namespace)
-    op.custom.create_namespaced_custom_object(*PTJ[:2], namespace, PTJ[2], {"metadata": {"name": "fd-job", "namespace": namespace}})
+    op.custom.create_namespaced_custom_object(
+        *PTJ[:2], namespace, PTJ[2], {"metadata": {"name": "fd-job", "namespace": namespace}}
+    )
     with pytest.raises(UserError, match="already exists .* choose another --name"):
         launch(emulator, namespace)
 
@@ -405,13 +561,48 @@ def test_cli_against_the_emulator(emulator, namespace, tmp_path, monkeypatch, ca
 
     def script(op: Operator):
         name = op.wait_job()["metadata"]["name"]
-        op.pod(f"{name}-master-0", master_labels(name), "pytorch", {"phase": "Failed", "containerStatuses": [{
-            "name": "pytorch", "ready": False, "restartCount": 0, "image": IMAGE, "imageID": "",
-            "state": {"terminated": {"exitCode": 2, "reason": "Error", "message": "flashdraft train: error: unknown recipe"}}}]})
+        op.pod(
+            f"{name}-master-0",
+            master_labels(name),
+            "pytorch",
+            {
+                "phase": "Failed",
+                "containerStatuses": [
+                    {
+                        "name": "pytorch",
+                        "ready": False,
+                        "restartCount": 0,
+                        "image": IMAGE,
+                        "imageID": "",
+                        "state": {
+                            "terminated": {
+                                "exitCode": 2,
+                                "reason": "Error",
+                                "message": "flashdraft train: error: unknown recipe",
+                            }
+                        },
+                    }
+                ],
+            },
+        )
         op.set_conditions(name, "Failed")
 
     op = Operator(emulator, namespace).run(script)
-    code = main(["launch", "--image", IMAGE, "--config", "smollm2_135m", "--name", "fd-cli", "--timeout", "15", "--poll-interval", "0.05"])
+    code = main(
+        [
+            "launch",
+            "--image",
+            IMAGE,
+            "--config",
+            "smollm2_135m",
+            "--name",
+            "fd-cli",
+            "--timeout",
+            "15",
+            "--poll-interval",
+            "0.05",
+        ]
+    )
     op.join()
     assert code == 2
     err = capsys.readouterr().err

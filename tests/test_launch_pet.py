@@ -21,10 +21,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from train_helpers import alphabet_chats, tiny_train_args
 
 from flashdraft.launch import make_spec
 from flashdraft.launch.jobs import build_job
-from train_helpers import alphabet_chats, tiny_train_args
 
 LEAKY = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")
 
@@ -38,11 +38,25 @@ def free_port() -> int:
 def operator_env(kind: str, rank: int, nodes: int, nproc: str, port: int) -> dict[str, str]:
     """What the operator adds to node `rank`'s training container (master service -> this host)."""
     if kind == "PyTorchJob":  # Training Operator v1.9, non-elastic, with a Master
-        return {"PYTHONUNBUFFERED": "0", "MASTER_PORT": str(port), "PET_MASTER_PORT": str(port),
-                "MASTER_ADDR": "127.0.0.1", "PET_MASTER_ADDR": "127.0.0.1", "WORLD_SIZE": str(nodes * int(nproc)),
-                "RANK": str(rank), "PET_NPROC_PER_NODE": nproc, "PET_NODE_RANK": str(rank), "PET_NNODES": str(nodes)}
-    return {"PET_NNODES": str(nodes), "PET_NPROC_PER_NODE": nproc, "PET_NODE_RANK": str(rank),
-            "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": str(port)}
+        return {
+            "PYTHONUNBUFFERED": "0",
+            "MASTER_PORT": str(port),
+            "PET_MASTER_PORT": str(port),
+            "MASTER_ADDR": "127.0.0.1",
+            "PET_MASTER_ADDR": "127.0.0.1",
+            "WORLD_SIZE": str(nodes * int(nproc)),
+            "RANK": str(rank),
+            "PET_NPROC_PER_NODE": nproc,
+            "PET_NODE_RANK": str(rank),
+            "PET_NNODES": str(nodes),
+        }
+    return {
+        "PET_NNODES": str(nodes),
+        "PET_NPROC_PER_NODE": nproc,
+        "PET_NODE_RANK": str(rank),
+        "PET_MASTER_ADDR": "127.0.0.1",
+        "PET_MASTER_PORT": str(port),
+    }
 
 
 def pod_containers(job: dict) -> list[tuple[list[str], list[dict]]]:
@@ -62,7 +76,9 @@ def pod_containers(job: dict) -> list[tuple[list[str], list[dict]]]:
 def run_pods(job: dict, scratch_root: Path, timeout: int = 600) -> list[subprocess.CompletedProcess]:
     port = free_port()
     nodes = 2
-    nproc = job["spec"]["nprocPerNode"] if job["kind"] == "PyTorchJob" else str(job["spec"]["trainer"]["numProcPerNode"])
+    nproc = (
+        job["spec"]["nprocPerNode"] if job["kind"] == "PyTorchJob" else str(job["spec"]["trainer"]["numProcPerNode"])
+    )
     base = {k: v for k, v in os.environ.items() if k not in LEAKY and not k.startswith(("PET_", "TORCHELASTIC_"))}
     base["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{base.get('PATH', '')}"  # the image's PATH
     procs = []
@@ -85,14 +101,29 @@ def test_two_nodes_form_one_group_train_and_resume_after_restart(tiny_target, tm
     pvc = tmp_path / "pvc"  # the shared RWX volume both nodes mount
     pvc.mkdir()
     data = alphabet_chats(pvc / "chats.jsonl", rows=16)
-    overrides = [a for a in tiny_train_args(tiny_target("qwen3"), data, pvc / "unused",
-                                            **{"train.max_steps": 4, "train.checkpoint_every": 2, "train.log_every": 1})
-                 if not a.startswith("train.output_dir=")]
+    overrides = [
+        a
+        for a in tiny_train_args(
+            tiny_target("qwen3"),
+            data,
+            pvc / "unused",
+            **{"train.max_steps": 4, "train.checkpoint_every": 2, "train.log_every": 1},
+        )
+        if not a.startswith("train.output_dir=")
+    ]
 
     def job(launcher: str, env: dict) -> dict:
-        spec = make_spec(launcher=launcher, image="reg/flashdraft-runtime:0.1.0", gpus_per_node=0, nodes=2,
-                         pvcs=[f"flashdraft-data:{pvc}"], namespace="team-a", name="fd-pet", overrides=overrides,
-                         env={"OMP_NUM_THREADS": "1", **env})
+        spec = make_spec(
+            launcher=launcher,
+            image="reg/flashdraft-runtime:0.1.0",
+            gpus_per_node=0,
+            nodes=2,
+            pvcs=[f"flashdraft-data:{pvc}"],
+            namespace="team-a",
+            name="fd-pet",
+            overrides=overrides,
+            env={"OMP_NUM_THREADS": "1", **env},
+        )
         return build_job(spec)
 
     out = pvc / "runs" / "fd-pet"

@@ -98,19 +98,35 @@ def assert_valid(manifest: dict, filename: str) -> None:
 
 VARIANTS = [
     dict(nodes=1, gpus_per_node=1),
-    dict(nodes=4, gpus_per_node=8, cpu="96", memory="1Ti", shm_size="64Gi",
-         tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-         node_selector={"nvidia.com/gpu.product": "NVIDIA-H200"}, service_account="flashdraft-trainer",
-         image_pull_secrets=["regcred"], secret_env=["HF_TOKEN=flashdraft-hf-token:HF_TOKEN"],
-         pvcs=["flashdraft-data:/data", "flashdraft-models:/models:targets"], env={"NCCL_DEBUG": "WARN"},
-         active_deadline_s=86400),
+    dict(
+        nodes=4,
+        gpus_per_node=8,
+        cpu="96",
+        memory="1Ti",
+        shm_size="64Gi",
+        tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        node_selector={"nvidia.com/gpu.product": "NVIDIA-H200"},
+        service_account="flashdraft-trainer",
+        image_pull_secrets=["regcred"],
+        secret_env=["HF_TOKEN=flashdraft-hf-token:HF_TOKEN"],
+        pvcs=["flashdraft-data:/data", "flashdraft-models:/models:targets"],
+        env={"NCCL_DEBUG": "WARN"},
+        active_deadline_s=86400,
+    ),
     dict(nodes=2, gpus_per_node=0, procs_per_node=2, image="reg/flashdraft-runtime:0.1.0"),
 ]
 
 
 def _spec(launcher: str, **kw):
-    args = dict(launcher=launcher, image="reg/flashdraft-trainer:0.1.0-cuda12.8", recipe="smollm2_135m",
-                overrides=["draft.num_layers=2"], pvcs=["flashdraft-data:/data"], namespace="team-a", name="fd-test")
+    args = dict(
+        launcher=launcher,
+        image="reg/flashdraft-trainer:0.1.0-cuda12.8",
+        recipe="smollm2_135m",
+        overrides=["draft.num_layers=2"],
+        pvcs=["flashdraft-data:/data"],
+        namespace="team-a",
+        name="fd-test",
+    )
     args.update(kw)
     return make_spec(**args)
 

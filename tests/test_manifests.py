@@ -117,5 +117,7 @@ def test_secret_templates_hold_no_values():
 def test_cluster_runtime_builds_without_namespace():
     (runtime,) = build("cluster")
     assert runtime["kind"] == "ClusterTrainingRuntime" and "namespace" not in runtime["metadata"]
-    container = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
+    container = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "containers"
+    ][0]
     assert container["image"].startswith("ghcr.io/")

@@ -20,8 +20,16 @@ from flashdraft.launch.spec import LaunchSpec, PVCMount, SecretEnv
 from flashdraft.launch.watch import JobFailedError, JobResult, JobStuckError, JobTimeoutError, run_job
 
 __all__ = [
-    "JobFailedError", "JobResult", "JobStuckError", "JobTimeoutError", "LaunchSpec", "PVCMount", "SecretEnv",
-    "job_manifest", "launch_training", "make_spec",
+    "JobFailedError",
+    "JobResult",
+    "JobStuckError",
+    "JobTimeoutError",
+    "LaunchSpec",
+    "PVCMount",
+    "SecretEnv",
+    "job_manifest",
+    "launch_training",
+    "make_spec",
 ]
 log = logging.getLogger(__name__)
 

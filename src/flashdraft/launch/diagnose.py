@@ -13,7 +13,9 @@ FATAL_WAITING = {
     "ImagePullBackOff": "check the image name and tag, and that the cluster can pull it (--image-pull-secret)",
     "InvalidImageName": "fix --image",
     "ErrImageNeverPull": "the image is not on the node and imagePullPolicy forbids pulling it",
-    "CreateContainerConfigError": "create the missing Secret/ConfigMap (manifests/base/secrets.template.yaml) or fix --secret-env",
+    "CreateContainerConfigError": (
+        "create the missing Secret/ConfigMap (manifests/base/secrets.template.yaml) or fix --secret-env"
+    ),
 }
 HINTS = {
     "OOMKilled": "the container ran out of memory: raise --memory, or lower the batch size / sequence length",
@@ -24,8 +26,16 @@ HINTS = {
 # Reasons of Warning events when the operator (PyTorchJob) or the Job controller (TrainJob) cannot
 # create pods, e.g. an unknown service account or an admission denial.
 CREATE_FAILURES = {"FailedCreatePod", "FailedCreate", "FailedCreatePodSandBox"}
-PYTORCHJOB_LABELS = ("training.kubeflow.org/job-name", "training.kubeflow.org/replica-type", "training.kubeflow.org/replica-index")
-JOBSET_LABELS = ("jobset.sigs.k8s.io/jobset-name", "jobset.sigs.k8s.io/replicatedjob-name", "batch.kubernetes.io/job-completion-index")
+PYTORCHJOB_LABELS = (
+    "training.kubeflow.org/job-name",
+    "training.kubeflow.org/replica-type",
+    "training.kubeflow.org/replica-index",
+)
+JOBSET_LABELS = (
+    "jobset.sigs.k8s.io/jobset-name",
+    "jobset.sigs.k8s.io/replicatedjob-name",
+    "batch.kubernetes.io/job-completion-index",
+)
 
 
 @dataclass(frozen=True)
@@ -90,16 +100,30 @@ def pod_problems(pod: dict) -> list[Problem]:
     if status.get("phase") == "Failed" and status.get("reason"):
         reason = status["reason"]
         hint = HINTS.get(reason)
-        out.append(Problem(name, f"pod failed: {reason}: {status.get('message', '')}" + (f" -> {hint}" if hint else "")))
+        out.append(
+            Problem(name, f"pod failed: {reason}: {status.get('message', '')}" + (f" -> {hint}" if hint else ""))
+        )
     for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
         container = cs.get("name", "?")
         state = cs.get("state") or {}
         waiting = state.get("waiting") or {}
         reason = waiting.get("reason")
         if reason in FATAL_WAITING:
-            out.append(Problem(name, f"container {container}: {reason}: {waiting.get('message', '')} -> {FATAL_WAITING[reason]}", fatal=True))
+            out.append(
+                Problem(
+                    name,
+                    f"container {container}: {reason}: {waiting.get('message', '')} -> {FATAL_WAITING[reason]}",
+                    fatal=True,
+                )
+            )
         elif reason == "CrashLoopBackOff":
-            out.append(Problem(name, f"container {container}: CrashLoopBackOff after {cs.get('restartCount', 0)} restarts -> {HINTS[reason]}"))
+            out.append(
+                Problem(
+                    name,
+                    f"container {container}: CrashLoopBackOff after {cs.get('restartCount', 0)} restarts"
+                    f" -> {HINTS[reason]}",
+                )
+            )
         for term in ((state.get("terminated") or {}), ((cs.get("lastState") or {}).get("terminated") or {})):
             if term and term.get("exitCode", 0) != 0:
                 out.append(Problem(name, f"container {container} {_terminated_text(term)}"))
@@ -128,6 +152,8 @@ def warning_events(events: list[dict], names: set[str], job_name: str, limit: in
     out = []
     for event in events:
         involved = (event.get("involvedObject") or {}).get("name", "")
-        if event.get("type") == "Warning" and (involved in names or involved == job_name or involved.startswith(f"{job_name}-")):
+        if event.get("type") == "Warning" and (
+            involved in names or involved == job_name or involved.startswith(f"{job_name}-")
+        ):
             out.append(f"{involved}: {event.get('reason')}: {event.get('message', '')}")
     return out[-limit:]

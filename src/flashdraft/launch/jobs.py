@@ -78,7 +78,13 @@ def check_train_arguments(args: list[str]) -> None:
 
 def training_command(spec: LaunchSpec) -> list[str]:
     # --no-python: run the `flashdraft` console script itself in each process.
-    return ["torchrun", "--no-python", "flashdraft", "train", *train_arguments(spec.recipe, spec.overrides, spec.resolved_output_dir)]
+    return [
+        "torchrun",
+        "--no-python",
+        "flashdraft",
+        "train",
+        *train_arguments(spec.recipe, spec.overrides, spec.resolved_output_dir),
+    ]
 
 
 def _env(spec: LaunchSpec) -> list[dict]:
@@ -94,9 +100,7 @@ def _env(spec: LaunchSpec) -> list[dict]:
         **spec.env,
     }
     out = [{"name": k, "value": v} for k, v in env.items()]
-    out += [
-        {"name": s.env, "valueFrom": {"secretKeyRef": {"name": s.secret, "key": s.key}}} for s in spec.secret_env
-    ]
+    out += [{"name": s.env, "valueFrom": {"secretKeyRef": {"name": s.secret, "key": s.key}}} for s in spec.secret_env]
     return out
 
 
@@ -175,7 +179,11 @@ def build_pytorchjob(spec: LaunchSpec, owner: dict | None = None) -> dict:
     }
     replicas = {"Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template}}
     if spec.nodes > 1:
-        replicas["Worker"] = {"replicas": spec.nodes - 1, "restartPolicy": "OnFailure", "template": copy.deepcopy(template)}
+        replicas["Worker"] = {
+            "replicas": spec.nodes - 1,
+            "restartPolicy": "OnFailure",
+            "template": copy.deepcopy(template),
+        }
     # Pods are kept after the job ends so failed ones can be inspected; deleting the job removes them.
     run_policy: dict[str, Any] = {"backoffLimit": spec.backoff_limit, "cleanPodPolicy": "None"}
     if spec.active_deadline_s:

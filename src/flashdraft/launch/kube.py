@@ -14,7 +14,10 @@ log = logging.getLogger(__name__)
 
 # Mounted into every pod by Kubernetes: the namespace of the pod's service account.
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-RBAC_FIX = "apply the Role and RoleBinding in manifests/ (kubectl apply -k manifests/overlays/dev) for the service account that launches"
+RBAC_FIX = (
+    "apply the Role and RoleBinding in manifests/ (kubectl apply -k manifests/overlays/dev) "
+    "for the service account that launches"
+)
 
 
 def in_cluster() -> bool:
@@ -73,7 +76,9 @@ def pipeline_pod_owner(core, namespace: str) -> dict | None:
     if pod_namespace and pod_namespace != namespace:
         log.warning(
             "not owning the job by pod %s: it runs in namespace %s, the job in %s (owners must share a namespace)",
-            name, pod_namespace, namespace,
+            name,
+            pod_namespace,
+            namespace,
         )
         return None
     if not uid:

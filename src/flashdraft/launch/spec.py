@@ -162,9 +162,13 @@ class LaunchSpec:
                 raise UserError(f"--procs-per-node must be >= 1, got {self.procs_per_node}")
         if self.elastic_min_nodes is not None:
             if self.backend != "pytorchjob":
-                raise UserError("elastic training (--elastic-min-nodes) is a PyTorchJob feature; use --backend pytorchjob")
+                raise UserError(
+                    "elastic training (--elastic-min-nodes) is a PyTorchJob feature; use --backend pytorchjob"
+                )
             if not 1 <= self.elastic_min_nodes <= self.nodes:
-                raise UserError(f"--elastic-min-nodes must be between 1 and --nodes ({self.nodes}), got {self.elastic_min_nodes}")
+                raise UserError(
+                    f"--elastic-min-nodes must be between 1 and --nodes ({self.nodes}), got {self.elastic_min_nodes}"
+                )
         if self.backoff_limit < 0 or self.max_restarts < 0:
             raise UserError("--backoff-limit and max restarts must be >= 0")
         if self.active_deadline_s is not None and self.active_deadline_s < 1:
@@ -197,6 +201,13 @@ class LaunchSpec:
             )
 
     def _validate_env(self) -> None:
+        for name, value in self.env.items():
+            if not isinstance(value, str):
+                raise UserError(f"environment variable {name}={value!r}: values must be strings")
+        if any(o.startswith("train.output_dir=") for o in self.overrides):
+            raise UserError(
+                "set the output dir with --output-dir (output_dir=), not train.output_dir: it must be on a PVC"
+            )
         for name in list(self.env) + [s.env for s in self.secret_env]:
             if not _ENV_NAME.match(name):
                 raise UserError(f"environment variable name {name!r} is not valid (letters, digits, '_')")
@@ -205,7 +216,9 @@ class LaunchSpec:
         for secret in self.secret_env:
             check_dns_subdomain(secret.secret, f"Secret name for {secret.env}")
             if not _SECRET_KEY.match(secret.key):
-                raise UserError(f"Secret key {secret.key!r} for {secret.env} is not valid (letters, digits, '-', '_', '.')")
+                raise UserError(
+                    f"Secret key {secret.key!r} for {secret.env} is not valid (letters, digits, '-', '_', '.')"
+                )
         for name in self.image_pull_secrets:
             check_dns_subdomain(name, "image pull Secret name")
 
@@ -216,7 +229,9 @@ class LaunchSpec:
         for toleration in self.tolerations:
             unknown = set(toleration) - TOLERATION_KEYS
             if unknown:
-                raise UserError(f"toleration {toleration}: unknown field(s) {sorted(unknown)}; valid: {sorted(TOLERATION_KEYS)}")
+                raise UserError(
+                    f"toleration {toleration}: unknown field(s) {sorted(unknown)}; valid: {sorted(TOLERATION_KEYS)}"
+                )
             if toleration.get("operator", "Equal") not in TOLERATION_OPERATORS:
                 raise UserError(f"toleration {toleration}: operator must be one of {sorted(TOLERATION_OPERATORS)}")
             if "effect" in toleration and toleration["effect"] not in TOLERATION_EFFECTS:

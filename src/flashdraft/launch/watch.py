@@ -146,7 +146,9 @@ class JobWatch:
         from kubernetes.client import ApiException
 
         try:
-            self.custom.create_namespaced_custom_object(self.group, self.version, self.namespace, self.plural, self.manifest)
+            self.custom.create_namespaced_custom_object(
+                self.group, self.version, self.namespace, self.plural, self.manifest
+            )
         except ApiException as err:
             raise create_error(err, self.kind, self.name, self.namespace) from err
         log.info("created %s %s/%s", self.kind, self.namespace, self.name)
@@ -167,13 +169,19 @@ class JobWatch:
         from kubernetes.client import ApiException
 
         try:
-            job = self.custom.get_namespaced_custom_object(self.group, self.version, self.namespace, self.plural, self.name)
+            job = self.custom.get_namespaced_custom_object(
+                self.group, self.version, self.namespace, self.plural, self.name
+            )
         except ApiException as err:
             if err.status == 404:
-                raise JobFailedError(f"{self.kind} {self.namespace}/{self.name} was deleted while we watched it") from err
+                raise JobFailedError(
+                    f"{self.kind} {self.namespace}/{self.name} was deleted while we watched it"
+                ) from err
             raise read_error(err, self.plural, self.namespace) from err
         try:
-            pods = self.core.list_namespaced_pod(self.namespace, label_selector=diagnose.pod_selector(self.backend, self.name))
+            pods = self.core.list_namespaced_pod(
+                self.namespace, label_selector=diagnose.pod_selector(self.backend, self.name)
+            )
             pods = [p for p in map(self.serialize, pods.items) if diagnose.belongs_to(self.backend, self.name, p)]
         except ApiException as err:
             raise read_error(err, "pods", self.namespace) from err
@@ -200,7 +208,9 @@ class JobWatch:
 
     def wait(self, timeout_s: float) -> JobResult:
         start = time.monotonic()
-        follower = _LogFollower(self.core, self.namespace, PYTORCH_CONTAINER if self.backend == "pytorchjob" else TRAINJOB_CONTAINER)
+        follower = _LogFollower(
+            self.core, self.namespace, PYTORCH_CONTAINER if self.backend == "pytorchjob" else TRAINJOB_CONTAINER
+        )
         follower.start()
         try:
             while True:
@@ -215,8 +225,14 @@ class JobWatch:
                 if state == "succeeded":
                     follower.finish(self.log_drain_s)
                     return JobResult(
-                        name=self.name, namespace=self.namespace, kind=self.kind, state=state, output_dir="",
-                        seconds=time.monotonic() - start, log_lines=follower.lines, problems=[p.text for p in problems],
+                        name=self.name,
+                        namespace=self.namespace,
+                        kind=self.kind,
+                        state=state,
+                        output_dir="",
+                        seconds=time.monotonic() - start,
+                        log_lines=follower.lines,
+                        problems=[p.text for p in problems],
                     )
                 if state == "failed":
                     follower.finish(self.log_drain_s)
@@ -228,12 +244,17 @@ class JobWatch:
                     failures = diagnose.create_failures(self._events(), self.name)
                     if failures:
                         raise JobStuckError(
-                            f"{self.kind} {self.name}: its pods cannot be created:\n" + "\n".join(f"  {f}" for f in failures)
+                            f"{self.kind} {self.name}: its pods cannot be created:\n"
+                            + "\n".join(f"  {f}" for f in failures)
                         )
                 elapsed = time.monotonic() - start
                 if elapsed > timeout_s:
                     raise JobTimeoutError(
-                        self._explain(f"{self.kind} {self.name} did not finish within {timeout_s:g} s (state: {state})", problems, pods)
+                        self._explain(
+                            f"{self.kind} {self.name} did not finish within {timeout_s:g} s (state: {state})",
+                            problems,
+                            pods,
+                        )
                     )
                 time.sleep(self.poll_s)
         finally:
