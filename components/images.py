@@ -7,5 +7,5 @@ with MLflow but no CUDA, for steps that only talk to the registry.
 
 import os
 
-TRAINER_IMAGE = os.environ.get("FLASHDRAFT_TRAINER_IMAGE", "ghcr.io/flashdraft/flashdraft-trainer:0.1.0")
+TRAINER_IMAGE = os.environ.get("FLASHDRAFT_TRAINER_IMAGE", "ghcr.io/flashdraft/flashdraft-trainer:0.1.0-cuda12.8")
 RUNTIME_IMAGE = os.environ.get("FLASHDRAFT_RUNTIME_IMAGE", "ghcr.io/flashdraft/flashdraft-runtime:0.1.0")

@@ -18,8 +18,9 @@ from kfp import compiler
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-COMPONENTS = ["draft_init", "target_warmup", "train", "evaluate", "promote", "mlflow_run_start", "mlflow_run_end"]
-PIPELINES = ["dflash_nano30b"]
+COMPONENTS = ["draft_init", "target_warmup", "train", "evaluate", "promote", "mlflow_run_start", "mlflow_run_end",
+              "dllm_evaluate"]
+PIPELINES = ["dflash_nano30b", "llada2_sft"]
 
 
 def targets():

@@ -54,6 +54,12 @@ def test_a_lossy_secondary_benchmark_also_blocks():
     assert not should_promote(candidate, None, POLICY).promote
 
 
+def test_unmeasured_losslessness_blocks():
+    candidate = {"gsm8k": Scores(tau=5.0, lossless=None)}
+    decision = should_promote(candidate, None, POLICY)
+    assert not decision.promote and "not measured" in decision.reason
+
+
 def test_relaxed_lossless_threshold_for_low_precision():
     relaxed = PromotionPolicy(primary_benchmark="gsm8k", min_tau_gain=0.05, min_lossless=0.95)
     assert should_promote(report(3.5, lossless=0.97), report(3.0), relaxed).promote

@@ -36,13 +36,13 @@ def make_draft(tmp_path, name: str, content: bytes):
     return folder
 
 
-def make_report(gsm8k_tau: float, lossless: float = 1.0) -> dict:
-    return {
-        "benchmarks": {
-            "gsm8k": {"tau": gsm8k_tau, "speedup": gsm8k_tau / 1.5, "lossless": lossless},
-            "chat": {"tau": 2.0, "speedup": 1.4, "lossless": 1.0},
-        }
-    }
+def bench(tau: float, speedup: float, lossless: float | None) -> dict:
+    """One benchmark as `flashdraft evaluate` reports it (the fields promotion reads)."""
+    return {"speculative": {"tau_pooled": tau, "tau_mean_of_requests": tau}, "speedup": speedup, "lossless": lossless}
+
+
+def make_report(gsm8k_tau: float, lossless: float | None = 1.0) -> dict:
+    return {"benchmarks": {"gsm8k": bench(gsm8k_tau, gsm8k_tau / 1.5, lossless), "chat": bench(2.0, 1.4, 1.0)}}
 
 
 def aliases(uri):
@@ -103,6 +103,13 @@ def test_rerunning_on_the_same_draft_changes_nothing(store, tmp_path):
     assert snapshot() == before
 
 
+def test_a_sampled_evaluation_is_not_shown_lossless(store, tmp_path):
+    result = promote_draft(make_draft(tmp_path, "a", b"a"), make_report(3.0, lossless=None), model_name=NAME,
+                           policy=POLICY, lineage=LINEAGE, tracking_uri=store)
+    assert (result.alias, result.promoted) == ("challenger", False)
+    assert "gsm8k not measured" in result.reason
+
+
 def test_champion_deleted_next_candidate_becomes_champion(store, tmp_path):
     promote_draft(make_draft(tmp_path, "a", b"a"), make_report(5.0), model_name=NAME, policy=POLICY,
                   lineage=LINEAGE, tracking_uri=store)
@@ -128,8 +135,8 @@ def test_promote_command(store, tmp_path, capsys):
 @pytest.mark.parametrize(
     "content, message",
     [("not json", "is not JSON"), ('{"benchmarks": {}}', "no `benchmarks`"),
-     ('{"benchmarks": {"gsm8k": {"speedup": 1}}}', "lacks tau/lossless"),
-     ('{"benchmarks": {"chat": {"tau": 2, "lossless": 1}}}', "no 'gsm8k' benchmark")],
+     ('{"benchmarks": {"gsm8k": {"speedup": 1}}}', "lacks speculative.tau_pooled"),
+     ('{"benchmarks": {"chat": {"speculative": {"tau_pooled": 2}, "lossless": 1}}}', "no 'gsm8k' benchmark")],
 )
 def test_bad_reports_are_clear_errors_and_register_nothing(store, tmp_path, capsys, content, message):
     draft = make_draft(tmp_path, "a", b"a")

@@ -38,7 +38,7 @@ def evaluate(
     from flashdraft.cli import main
 
     os.makedirs(report.path, exist_ok=True)
-    argv = ["evaluate", "--draft", draft.path, "--target", target, "--bench", benchmarks,
+    argv = ["evaluate", "--draft", draft.path, "--target", target, "--bench", *benchmarks.split(","),
             "--output", os.path.join(report.path, "report.json")]
     if num_prompts:
         argv += ["--num-prompts", str(num_prompts)]
@@ -48,6 +48,8 @@ def evaluate(
         raise RuntimeError("flashdraft evaluate failed; its error is in the log above")
     results = json.load(open(os.path.join(report.path, "report.json")))["benchmarks"]
     for bench, result in results.items():
-        for key in ("tau", "speedup", "lossless"):
-            if isinstance(result.get(key), (int, float)):
-                metrics.log_metric(f"{bench}.{key}", result[key])
+        values = {"tau": result["speculative"]["tau_pooled"], "speedup": result["speedup"],
+                  "lossless": result["lossless"]}
+        for key, value in values.items():
+            if value is not None:
+                metrics.log_metric(f"{bench}.{key}", value)

@@ -51,20 +51,26 @@ def read_report(path: Path) -> dict:
 
 
 def benchmark_scores(report: Mapping[str, Any]) -> dict[str, Scores]:
-    """Per-benchmark tau / lossless / speedup from an evaluation report."""
+    """Per-benchmark scores from a `flashdraft evaluate` report: tau pooled over all verify steps (the
+    way vLLM / SGLang count acceptance length), lossless fraction (None when sampled), speedup."""
     benchmarks = report.get("benchmarks")
     if not isinstance(benchmarks, Mapping) or not benchmarks:
         raise UserError("the evaluation report has no `benchmarks` section; give the report `flashdraft evaluate` wrote")
     out = {}
     for name, result in benchmarks.items():
         try:
+            tau = result["speculative"]["tau_pooled"]
+            lossless, speedup = result["lossless"], result.get("speedup")
             out[name] = Scores(
-                tau=float(result["tau"]),
-                lossless=float(result["lossless"]),
-                speedup=float(result["speedup"]) if result.get("speedup") is not None else None,
+                tau=float(tau),
+                lossless=float(lossless) if lossless is not None else None,
+                speedup=float(speedup) if speedup is not None else None,
             )
         except (KeyError, TypeError, ValueError) as err:
-            raise UserError(f"benchmark {name!r} in the evaluation report lacks tau/lossless ({err!r})") from err
+            raise UserError(
+                f"benchmark {name!r} in the evaluation report lacks speculative.tau_pooled / lossless ({err!r}); "
+                "give the report `flashdraft evaluate` wrote"
+            ) from err
     return out
 
 

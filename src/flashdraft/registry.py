@@ -31,7 +31,9 @@ class Scores:
     """What promotion looks at for one benchmark."""
 
     tau: float
-    lossless: float  # fraction of prompts whose speculative output equals plain greedy decoding
+    # Fraction of prompts whose speculative output equals plain greedy decoding; None: not measured
+    # (a sampled evaluation), which promotion treats as not shown lossless.
+    lossless: float | None
     speedup: float | None = None
 
 
@@ -70,9 +72,14 @@ def should_promote(
     """Pure: promote a lossless candidate when there is no champion or it beats the champion's tau by a margin."""
     require_primary(candidate, policy)
     primary = policy.primary_benchmark
-    lossy = {name: s.lossless for name, s in candidate.items() if s.lossless < policy.min_lossless}
+    lossy = {
+        name: s.lossless for name, s in candidate.items() if s.lossless is None or s.lossless < policy.min_lossless
+    }
     if lossy:
-        detail = ", ".join(f"{name} {value:.3f}" for name, value in sorted(lossy.items()))
+        detail = ", ".join(
+            f"{name} {'not measured (evaluate at temperature 0)' if value is None else f'{value:.3f}'}"
+            for name, value in sorted(lossy.items())
+        )
         return Decision(False, f"not lossless (required {policy.min_lossless:.3f}): {detail}")
     if champion is None:
         return Decision(True, "no champion yet")
@@ -92,7 +99,8 @@ def scores_to_tags(scores: Mapping[str, Scores]) -> dict[str, str]:
     tags = {}
     for name, s in scores.items():
         tags[f"tau.{name}"] = f"{s.tau:.6g}"
-        tags[f"lossless.{name}"] = f"{s.lossless:.6g}"
+        if s.lossless is not None:
+            tags[f"lossless.{name}"] = f"{s.lossless:.6g}"
         if s.speedup is not None:
             tags[f"speedup.{name}"] = f"{s.speedup:.6g}"
     return tags
@@ -102,12 +110,10 @@ def scores_from_tags(tags: Mapping[str, str]) -> dict[str, Scores]:
     names = {key.split(".", 1)[1] for key in tags if key.startswith("tau.")}
     out = {}
     for name in names:
-        if f"lossless.{name}" not in tags:
-            continue
-        speedup = tags.get(f"speedup.{name}")
+        lossless, speedup = tags.get(f"lossless.{name}"), tags.get(f"speedup.{name}")
         out[name] = Scores(
             tau=float(tags[f"tau.{name}"]),
-            lossless=float(tags[f"lossless.{name}"]),
+            lossless=float(lossless) if lossless is not None else None,
             speedup=float(speedup) if speedup is not None else None,
         )
     return out
