@@ -163,9 +163,10 @@ def evaluate(
 
     # Warm-up (graph capture, allocator, kernels) outside the timed runs: a few steps of each loop.
     first = next(iter(encoded.values()))[0]
-    autoregressive_generate(plain_runner, first, max_new_tokens=3, graphs=plain_graphs, generator=gen_plain,
+    warm = min(max_new_tokens, 3 * block)
+    autoregressive_generate(plain_runner, first, max_new_tokens=warm, graphs=plain_graphs, generator=gen_plain,
                             params=params)
-    speculative_generate(spec_runner, proposer, first, max_new_tokens=3 * block, graphs=spec_graphs,
+    speculative_generate(spec_runner, proposer, first, max_new_tokens=warm, graphs=spec_graphs,
                          generator=gen_spec, params=params)
 
     results = {}

@@ -97,8 +97,11 @@ class TargetRunner:
             return self._forward(ids, start, 0)
 
     @torch.no_grad()
-    def commit(self, start: int, kept: int, forwarded: int) -> None:
-        """Keep the first `kept` of the `forwarded` tokens of the last forward (which began at `start`)."""
-        self._set_length(start + kept)
+    def commit(self, kept: int, forwarded: int) -> None:
+        """Keep the first `kept` of the `forwarded` tokens of the last forward.
+
+        The KV caches need nothing here: the next forward sets their length from its start, and the
+        rejected keys beyond it are never visible. Recurrent states are rolled back exactly.
+        """
         if self.recurrent is not None:
             self.recurrent.commit(kept, forwarded)

@@ -1,0 +1,209 @@
+"""Speculative decoding speed: flashdraft's loop vs the z-lab reference `dflash.model.dflash_generate`.
+
+Same random-weight target and draft, batch 1, greedy, prefill excluded, device synchronised. Four
+runs per prompt: our speculative loop and our plain decoding (static caches + CUDA graphs), z-lab's
+`dflash_generate` with the draft, and z-lab's loop with block size 1 (its plain decoding). Asserts
+that our speculative output equals z-lab's token for token, prints a table and writes JSON.
+
+    # GPU (the issue's setting): Qwen3-8B-shaped target, 5-layer draft, bf16
+    python benchmarks/spec_decode.py --out spec_decode.json
+    # CPU smoke run (CI): tiny shapes, float32
+    python benchmarks/spec_decode.py --tiny --out /tmp/spec_decode_tiny.json
+
+Needs torch, transformers and `dflash==0.1.0` (pip install --no-deps dflash==0.1.0); flashdraft is
+imported from this checkout's src/ when it is not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, Qwen3Config
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from flashdraft.model import DFlashDraftConfig, DFlashDraftModel  # noqa: E402
+from flashdraft.spec.decoding import autoregressive_generate, speculative_generate  # noqa: E402
+from flashdraft.spec.graphs import StepGraphs  # noqa: E402
+from flashdraft.spec.proposers import DraftProposer  # noqa: E402
+from flashdraft.spec.target_runner import TargetRunner  # noqa: E402
+
+SHAPES = {
+    # Qwen3-8B and the z-lab Qwen3-8B DFlash draft (dflash-reference.md section 2).
+    "qwen3-8b": dict(
+        target=dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                    num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
+                    rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=False),
+        draft=dict(num_hidden_layers=5, intermediate_size=12288, mask_token_id=151669,
+                   target_layer_ids=[1, 9, 17, 25, 33], block_size=16),
+    ),
+    "tiny": dict(
+        target=dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=2048,
+                    rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=False),
+        draft=dict(num_hidden_layers=2, intermediate_size=128, mask_token_id=511,
+                   target_layer_ids=[1, 2, 3], block_size=8),
+    ),
+}
+
+
+def build(shape: str, dtype: torch.dtype, device: torch.device, seed: int):
+    spec = SHAPES[shape]
+    torch.manual_seed(seed)
+    target_config = Qwen3Config(**spec["target"])
+    target = AutoModelForCausalLM.from_config(target_config, dtype=dtype, attn_implementation="sdpa")
+    target = target.to(device).eval().requires_grad_(False)
+    t, d = spec["target"], spec["draft"]
+    draft_config = DFlashDraftConfig(
+        hidden_size=t["hidden_size"], vocab_size=t["vocab_size"], num_hidden_layers=d["num_hidden_layers"],
+        num_attention_heads=t["num_attention_heads"], num_key_value_heads=t["num_key_value_heads"],
+        head_dim=t["head_dim"], intermediate_size=d["intermediate_size"], rms_norm_eps=t["rms_norm_eps"],
+        max_position_embeddings=t["max_position_embeddings"],
+        rope_parameters={"rope_type": "default", "rope_theta": t["rope_theta"]},
+        num_target_layers=t["num_hidden_layers"],
+        dflash_config={"mask_token_id": d["mask_token_id"], "target_layer_ids": d["target_layer_ids"],
+                       "block_size": d["block_size"]},
+    )
+    draft = DFlashDraftModel(draft_config).to(device=device, dtype=dtype).eval().requires_grad_(False)
+    return target, draft
+
+
+def zlab_draft(draft: DFlashDraftModel):
+    from dflash.model import DFlashDraftModel as ZLabDraft
+
+    ref = ZLabDraft(draft.config).to(device=draft.device, dtype=draft.dtype).eval().requires_grad_(False)
+    ref.load_state_dict(draft.state_dict(), strict=True)
+    return ref
+
+
+def _sync(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def run_zlab(ref, target, ids, new: int, block: int) -> dict:
+    """z-lab's loop, timed from outside (its own stats need CUDA): a hook on the target marks the end of
+    the prefill forward and counts the verify forwards; the same clock rule as ours."""
+    from dflash.model import dflash_generate
+
+    device = ids.device
+    state = {"forwards": 0, "prefill_end": 0.0}
+
+    def mark(_module, _args, _output):
+        state["forwards"] += 1
+        if state["forwards"] == 1:
+            state["prefill_end"] = _sync(device)
+
+    handle = target.register_forward_hook(mark)
+    try:
+        out = dflash_generate(ref, target, ids, max_new_tokens=new, stop_token_ids=None, block_size=block)
+        end = _sync(device)
+    finally:
+        handle.remove()
+    tokens = out[0, ids.shape[1]:].tolist()
+    return {"tokens": tokens, "decode_tokens": len(tokens) - 1, "decode_s": end - state["prefill_end"],
+            "steps": state["forwards"] - 1}
+
+
+def run_ours(runner, proposer, ids, new: int, graphs: StepGraphs) -> dict:
+    if proposer is None:
+        g = autoregressive_generate(runner, ids, max_new_tokens=new, graphs=graphs)
+        steps = g.decode_tokens
+    else:
+        g = speculative_generate(runner, proposer, ids, max_new_tokens=new, graphs=graphs)
+        steps = len(g.emitted)
+    return {"tokens": g.tokens, "decode_tokens": g.decode_tokens, "decode_s": g.decode_s, "steps": steps}
+
+
+def summarise(runs: list[dict]) -> dict:
+    tokens = sum(r["decode_tokens"] for r in runs)
+    seconds = sum(r["decode_s"] for r in runs)
+    steps = sum(r["steps"] for r in runs)
+    return {"decode_tokens": tokens, "decode_s": seconds, "tokens_per_s": tokens / seconds,
+            "ms_per_step": 1000 * seconds / steps, "steps": steps, "tau": tokens / steps}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tiny", action="store_true", help="tiny shapes, float32, CPU: a quick smoke run")
+    parser.add_argument("--prompts", type=int, default=3)
+    parser.add_argument("--prompt-len", type=int, default=None, help="default 512 (tiny: 16)")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="default 256 (tiny: 40)")
+    parser.add_argument("--no-cuda-graphs", action="store_true")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", required=True, help="JSON results file")
+    args = parser.parse_args(argv)
+
+    shape = "tiny" if args.tiny else "qwen3-8b"
+    device = torch.device("cpu" if args.tiny or not torch.cuda.is_available() else "cuda")
+    dtype = torch.float32 if args.tiny else torch.bfloat16
+    prompt_len = args.prompt_len or (16 if args.tiny else 512)
+    new = args.max_new_tokens or (40 if args.tiny else 256)
+    target, draft = build(shape, dtype, device, args.seed)
+    ref = zlab_draft(draft)
+    block = draft.block_size
+    gen = torch.Generator().manual_seed(args.seed)
+    vocab = target.config.vocab_size
+    prompts = [torch.randint(0, vocab - 1024 if vocab > 4096 else vocab - 2, (1, prompt_len), generator=gen).to(device)
+               for _ in range(args.prompts)]
+
+    max_len = prompt_len + new + block + 1
+    spec_runner = TargetRunner(target, draft.target_layer_ids, max_len)
+    plain_runner = TargetRunner(target, [], max_len)
+    proposer = DraftProposer(draft, target.get_input_embeddings(), target.get_output_embeddings())
+    graphs = {"spec": StepGraphs.for_device(device, not args.no_cuda_graphs),
+              "plain": StepGraphs.for_device(device, not args.no_cuda_graphs)}
+    methods = {
+        "flashdraft speculative": lambda ids, n: run_ours(spec_runner, proposer, ids, n, graphs["spec"]),
+        "flashdraft plain": lambda ids, n: run_ours(plain_runner, None, ids, n, graphs["plain"]),
+        "z-lab dflash_generate": lambda ids, n: run_zlab(ref, target, ids, n, block),
+        "z-lab plain (block 1)": lambda ids, n: run_zlab(ref, target, ids, n, 1),
+    }
+    with torch.inference_mode():
+        for fn in methods.values():  # warm-up: kernels, allocator, graph capture
+            fn(prompts[0], min(new, 3 * block))
+        runs = {name: [fn(ids, new) for ids in prompts] for name, fn in methods.items()}
+
+    results = {name: summarise(r) for name, r in runs.items()}
+    ours, theirs = runs["flashdraft speculative"], runs["z-lab dflash_generate"]
+    identical = [a["tokens"] == b["tokens"] for a, b in zip(ours, theirs)]
+    lossless = [a["tokens"] == b["tokens"] for a, b in zip(ours, runs["flashdraft plain"])]
+    ratio = results["flashdraft speculative"]["tokens_per_s"] / results["z-lab dflash_generate"]["tokens_per_s"]
+    report = {
+        "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
+        "shape": shape, "dtype": str(dtype).removeprefix("torch."), "block_size": block,
+        "prompts": args.prompts, "prompt_len": prompt_len, "max_new_tokens": new,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                     "python": platform.python_version()},
+        "cuda_graphs": {k: g.enabled for k, g in graphs.items()},
+        "results": results,
+        "ours_over_zlab_speculative": ratio,
+        "speedup_ours": results["flashdraft speculative"]["tokens_per_s"] / results["flashdraft plain"]["tokens_per_s"],
+        "speedup_zlab": results["z-lab dflash_generate"]["tokens_per_s"] / results["z-lab plain (block 1)"]["tokens_per_s"],
+        "identical_to_zlab": all(identical),
+        "identical_to_plain": all(lossless),
+    }
+    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+
+    print(f"{shape} {report['dtype']} on {report['device']}, block {block}, {args.prompts} prompts x "
+          f"{prompt_len} tokens, {new} new tokens")
+    print(f"{'method':<26}{'tok/s':>10}{'ms/step':>10}{'tau':>7}")
+    for name, r in results.items():
+        print(f"{name:<26}{r['tokens_per_s']:>10.1f}{r['ms_per_step']:>10.2f}{r['tau']:>7.2f}")
+    print(f"ours / z-lab (speculative): {ratio:.2f}x; identical outputs: {all(identical)}; "
+          f"equal to plain greedy: {all(lossless)}")
+    assert all(identical), f"outputs differ from z-lab's on prompts {[i for i, s in enumerate(identical) if not s]}"
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
