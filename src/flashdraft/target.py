@@ -103,7 +103,9 @@ def load_config(spec: str | TargetSource, *, trust_remote_code: bool = False):
     except (OSError, ValueError) as err:
         raise _hub_error(source, err) from err
     archs = config.architectures or []
-    if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING and not any(
+    # Remote-code LMs (e.g. LLaDA2's LLaDA2MoeModelLM) declare their AutoModelForCausalLM class in auto_map.
+    remote_lm = "AutoModelForCausalLM" in (getattr(config, "auto_map", None) or {})
+    if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING and not remote_lm and not any(
         a.endswith("ForCausalLM") for a in archs
     ):
         raise UserError(

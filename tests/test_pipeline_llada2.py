@@ -1,0 +1,89 @@
+"""The LLaDA2 SFT pipeline: compiles to the checked-in YAML with the intended DAG, and runs end to end with
+kfp's local runner on a tiny random bidirectional model against a real `mlflow server`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("kfp")
+pytest.importorskip("mlflow")
+
+from kfp import compiler  # noqa: E402
+from mlflow import MlflowClient  # noqa: E402
+
+from flashdraft import cli, orchestrate  # noqa: E402
+from test_pipeline_local import mlflow_server, parent_runs  # noqa: E402,F401 (fixture)
+from test_strategy_mdlm import MASK_ID, save_model  # noqa: E402
+from train_helpers import alphabet_chats  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PIPELINE = ROOT / "pipelines" / "llada2_sft.py"
+sys.path.insert(0, str(ROOT))
+
+from pipelines.compile_all import same_spec  # noqa: E402
+
+
+def test_compiled_yaml_is_current_and_wired(tmp_path):
+    from components.dllm_evaluate.component import dllm_evaluate
+
+    _, pipeline = orchestrate.load_pipeline(PIPELINE)
+    fresh = tmp_path / "pipeline.yaml"
+    compiler.Compiler().compile(pipeline, str(fresh))
+    assert same_spec(PIPELINE.with_suffix(".yaml"), fresh), "run python pipelines/compile_all.py"
+    component = tmp_path / "component.yaml"
+    compiler.Compiler().compile(dllm_evaluate, str(component))
+    assert same_spec(ROOT / "components" / "dllm_evaluate" / "component.yaml", component)
+
+    spec, platform = yaml.safe_load_all(fresh.read_text())
+    params = spec["root"]["inputDefinitions"]["parameters"]
+    assert params["recipe"]["defaultValue"] == "llada2_sft"
+    assert params["target"]["defaultValue"] == "inclusionAI/LLaDA2.1-mini"
+    assert "defaultValue" not in params["model_uri"] and "defaultValue" not in params["dataset_uri"]
+    tasks = spec["components"]["comp-exit-handler-1"]["dag"]["tasks"]
+    assert set(tasks["train"]["dependentTasks"]) >= {"importer", "importer-2", "mlflow-run-start"}
+    assert "train" in tasks["dllm-evaluate"]["dependentTasks"]
+    assert tasks["dllm-evaluate"]["cachingOptions"] == {}  # never cached
+    containers = spec["deploymentSpec"]["executors"]
+    assert containers["exec-train"]["container"]["resources"]["accelerator"]["resourceType"] == "nvidia.com/gpu"
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert executors["exec-train"]["emptyDirMounts"][0]["mountPath"] == "/dev/shm"
+
+
+@pytest.mark.slow
+def test_runs_locally_end_to_end_with_mlflow(tmp_path, monkeypatch, mlflow_server, capfd):  # noqa: F811
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
+    monkeypatch.delenv("FLASHDRAFT_PARENT_RUN_ID", raising=False)
+    model = save_model(tmp_path / "model", bidirectional=True)
+    (tmp_path / "data").mkdir()
+    alphabet_chats(tmp_path / "data" / "train.jsonl", rows=16, length=24)
+    module, _ = orchestrate.load_pipeline(PIPELINE)
+    overrides = [*module.PROFILES["local"]["train_overrides"], f"strategy.mask_token_id={MASK_ID}"]
+    experiment = "llada2-local"
+
+    code = cli.main(["run", str(PIPELINE), "--local", f"target={model}", f"model_uri={model}",
+                     f"dataset_uri={tmp_path / 'data'}", f"train_overrides={json.dumps(overrides)}",
+                     f"mlflow_experiment={experiment}"])
+    out, err = capfd.readouterr()
+    assert code == 0, (out + err)[-4000:]
+
+    (parent,) = parent_runs(mlflow_server, experiment)
+    assert parent.info.status == "FINISHED"
+    client = MlflowClient(mlflow_server)
+    steps = {run.info.run_name: run for run in client.search_runs(
+        [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")}
+    assert {"train", "dllm_evaluate"} <= set(steps)
+    train, evaluation = steps["train"].data.metrics, steps["dllm_evaluate"].data.metrics
+    assert train["supervised_tokens"] > 0 and 0 < train["mask_rate"] < 1
+    # The evaluation step measures the split training held out, corrupted the same way: same numbers
+    # as the trainer's own final evaluation, from the exported model.
+    for key in ("loss", "masked_accuracy", "supervised_tokens"):
+        assert evaluation[f"eval_{key}"] == pytest.approx(train[f"final_eval_{key}"], rel=1e-4), key
+    (report,) = Path("flashdraft-runs").rglob("report.json")
+    samples = json.loads(report.read_text())["samples"]
+    assert samples and samples[0]["prompt"].endswith("assistant\n") and samples[0]["completion_tokens"] > 0
