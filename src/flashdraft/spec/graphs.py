@@ -16,7 +16,7 @@ import torch
 
 log = logging.getLogger(__name__)
 
-_WARMUP_RUNS = 2
+WARMUP_RUNS = 2
 
 
 class StepGraphs:
@@ -24,7 +24,7 @@ class StepGraphs:
 
     def __init__(self, enabled: bool):
         self.enabled = enabled
-        self._graphs: dict[tuple, tuple[list[torch.Tensor], object, torch.cuda.CUDAGraph]] = {}
+        self._graphs: dict[tuple, tuple[list[torch.Tensor], object, Callable[[], None]]] = {}
         self._pool = None
 
     @classmethod
@@ -34,7 +34,8 @@ class StepGraphs:
     def run(self, name: str, fn: Callable, *args: torch.Tensor, graph: bool = True):
         if not (self.enabled and graph):
             return fn(*args)
-        key = (name, *((a.shape, a.dtype) for a in args))
+        # One graph per step, owner (a runner, a proposer: held, so its identity stays unique) and shapes.
+        key = (name, getattr(fn, "__self__", fn), *((a.shape, a.dtype) for a in args))
         entry = self._graphs.get(key)
         if entry is None:
             try:
@@ -44,18 +45,19 @@ class StepGraphs:
                 self.enabled = False
                 return fn(*args)
             self._graphs[key] = entry
-        static_inputs, outputs, cuda_graph = entry
+        static_inputs, outputs, replay = entry
         for static, value in zip(static_inputs, args):
             static.copy_(value)
-        cuda_graph.replay()
+        replay()
         return outputs
 
     def _capture(self, fn: Callable, args: tuple[torch.Tensor, ...]):
+        """(static inputs, static outputs, replay): replay() recomputes the outputs from the inputs."""
         static_inputs = [a.clone() for a in args]
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            for _ in range(_WARMUP_RUNS):
+            for _ in range(WARMUP_RUNS):
                 fn(*static_inputs)
         torch.cuda.current_stream().wait_stream(side)
         if self._pool is None:
@@ -63,4 +65,4 @@ class StepGraphs:
         cuda_graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(cuda_graph, pool=self._pool):
             outputs = fn(*static_inputs)
-        return static_inputs, outputs, cuda_graph
+        return static_inputs, outputs, cuda_graph.replay
