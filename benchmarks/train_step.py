@@ -1,0 +1,245 @@
+"""One DFlash training step on a GPU: tokens/s, MFU and peak memory, against a naive baseline.
+
+Setting (reference: SpecForge 0.2.0's DFlash wrapper, 0.339 s / 48% MFU / 36 GB on one H200): a frozen
+target with random weights in bf16, one sample of 4096 tokens, 512 anchors, block 16, and a DFlash draft
+(Qwen3-8B shape: 5 layers; Nemotron-3-Nano-30B-A3B shape: 7 layers) trained with FSDP2 (bf16 params,
+fp32 reduce; one process) and AdamW. A step = anchors + target forward + draft forward/backward + LM-head
+loss + clip + optimizer step, exactly the trainer's code path. Variants:
+  fast  - FlexAttention block mask + chunked LM-head cross-entropy (the trainer's defaults on a GPU)
+  naive - dense boolean mask with SDPA + full [tokens x vocab] logits (the ratio baseline; OOM is reported)
+MFU = useful FLOPs (flashdraft.strategies.flops: target forward + draft forward/backward + LM head,
+matmuls only, sparse attention counted as masked) / step time / 780 TFLOP/s (measured bf16 matmul rate
+of an H200; override with --peak-tflops).
+
+    python benchmarks/train_step.py --out benchmarks/train_step_h200.json              # Qwen3-8B shape
+    python benchmarks/train_step.py --model nemotron-nano --out nano.json               # 30B hybrid target
+    python benchmarks/train_step.py --tiny --out /tmp/tiny.json                         # CPU smoke run
+
+Needs only torch and transformers (and this package's core modules).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, NemotronHConfig, Qwen3Config
+
+from flashdraft.config import Config, from_dict
+from flashdraft.data import Batch
+from flashdraft.model import DFlashDraftConfig, DFlashDraftModel
+from flashdraft.strategies.dflash import DFlashStrategy
+from flashdraft.target import FrozenTarget
+from flashdraft.train.distributed import setup, shard, teardown
+
+NEMOTRON_PATTERN = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
+_BLOCK_TYPES = {"M": "mamba", "E": "moe", "*": "attention", "-": "mlp"}
+
+
+def target_config(model: str):
+    if model == "qwen3-8b":
+        return Qwen3Config(
+            vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+            num_attention_heads=32, num_key_value_heads=8, head_dim=128, rope_theta=1e6,
+            max_position_embeddings=40960, tie_word_embeddings=False,
+        )
+    if model == "nemotron-nano":
+        return NemotronHConfig(
+            vocab_size=131072, hidden_size=2688, layers_block_type=[_BLOCK_TYPES[c] for c in NEMOTRON_PATTERN],
+            num_attention_heads=32, num_key_value_heads=2, head_dim=128, intermediate_size=1856,
+            mamba_num_heads=64, mamba_head_dim=64, ssm_state_size=128, n_groups=8,
+            n_routed_experts=128, num_experts_per_tok=6, moe_intermediate_size=1856,
+            moe_shared_expert_intermediate_size=3712, max_position_embeddings=262144, tie_word_embeddings=False,
+        )
+    if model == "tiny":
+        return Qwen3Config(
+            vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, max_position_embeddings=1024,
+        )
+    raise ValueError(model)
+
+
+def draft_config(model: str, target) -> DFlashDraftConfig:
+    shapes = {
+        "qwen3-8b": dict(layers=5, heads=32, kv=8, inter=12288, taps=[1, 9, 17, 25, 33], mask=151669, theta=1e6),
+        "nemotron-nano": dict(layers=7, heads=21, kv=3, inter=8064, taps=[1, 13, 25, 37, 49], mask=18, theta=1e7),
+        "tiny": dict(layers=2, heads=4, kv=2, inter=128, taps=[1, 2], mask=500, theta=1e6),
+    }[model]
+    return DFlashDraftConfig(
+        hidden_size=target.hidden_size, vocab_size=target.vocab_size, num_hidden_layers=shapes["layers"],
+        num_attention_heads=shapes["heads"], num_key_value_heads=shapes["kv"],
+        head_dim=128 if model != "tiny" else 16, intermediate_size=shapes["inter"], rms_norm_eps=1e-6,
+        max_position_embeddings=40960, rope_parameters={"rope_type": "default", "rope_theta": shapes["theta"]},
+        num_target_layers=target.num_hidden_layers,
+        dflash_config={"mask_token_id": shapes["mask"], "target_layer_ids": shapes["taps"], "block_size": 16},
+    )
+
+
+def make_batch(seq_len: int, vocab: int, prompt: int = 64) -> Batch:
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, vocab - 1, (1, seq_len), generator=gen)
+    loss_mask = torch.ones(1, seq_len, dtype=torch.bool)
+    loss_mask[:, :prompt] = False
+    return Batch(ids, torch.ones(1, seq_len, dtype=torch.long), loss_mask, torch.zeros(1, dtype=torch.long))
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_variant(name, model, target, tconfig, batch, args, device) -> dict:
+    """Time `args.steps` full training steps after `args.warmup` untimed ones."""
+    fast = name == "fast"
+    dtype = "bfloat16" if device.type == "cuda" else "float32"
+    config = from_dict(Config, {
+        "target": {"dtype": dtype},
+        "strategy": {"num_anchors": args.anchors, "lm_head_chunk": args.chunk if fast else 0,
+                     "attention": "flex" if fast and device.type == "cuda" else "sdpa"},
+    })
+    dconfig = draft_config(model, tconfig)
+    strategy = DFlashStrategy(config, dconfig, tconfig)
+    strategy.target = target
+    strategy.use_flex = config.strategy.attention == "flex"
+    torch.manual_seed(0)
+    draft = DFlashDraftModel(dconfig).float().to(device)
+    draft = shard(draft, strategy.shard_units(draft), device)
+    optimizer = torch.optim.AdamW(draft.parameters(), lr=6e-4, betas=(0.9, 0.999), weight_decay=0.0)
+    result = {"variant": name, "attention": config.strategy.attention, "lm_head_chunk": config.strategy.lm_head_chunk}
+    try:
+        times = []
+        for step in range(args.warmup + args.steps):
+            if step == args.warmup and device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            sync(device)
+            began = time.perf_counter()
+            prepared = strategy.prepare(batch, step)
+            loss_sum, _ = strategy.loss(draft, prepared)
+            (loss_sum / max(prepared.num_targets, 1)).backward()
+            torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            sync(device)
+            if step >= args.warmup:
+                times.append(time.perf_counter() - began)
+        step_time = sorted(times)[len(times) // 2]  # median
+        flops = strategy.flops(prepared)
+        result.update(
+            step_time_s=step_time,
+            tokens_per_s=batch.num_tokens / step_time,
+            useful_tflop=flops / 1e12,
+            achieved_tflops=flops / step_time / 1e12,
+            mfu=flops / step_time / (args.peak_tflops * 1e12),
+            peak_memory_gb=(torch.cuda.max_memory_allocated(device) / 2**30) if device.type == "cuda" else None,
+            loss=float(loss_sum.detach()) / max(prepared.num_targets, 1),
+        )
+    except torch.OutOfMemoryError as err:
+        result.update(error=f"OOM: {str(err).splitlines()[0]}")
+    finally:
+        del draft, optimizer
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return result
+
+
+def target_forward_time(target: FrozenTarget, batch: Batch, layer_ids, args, device) -> float:
+    ids = batch.input_ids.to(device)
+    times = []
+    for step in range(args.warmup + args.steps):
+        sync(device)
+        began = time.perf_counter()
+        target.context_features(ids, layer_ids)
+        sync(device)
+        if step >= args.warmup:
+            times.append(time.perf_counter() - began)
+    return sorted(times)[len(times) // 2]
+
+
+def bench_model(model: str, args, device) -> dict:
+    tconfig = target_config(model)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    torch.manual_seed(0)
+    with torch.device(device):
+        target = FrozenTarget(AutoModelForCausalLM.from_config(tconfig, dtype=dtype))
+    batch = make_batch(args.seq_len, tconfig.vocab_size)
+    taps = draft_config(model, tconfig).target_layer_ids
+    out = {"model": model, "seq_len": args.seq_len, "anchors": args.anchors, "block_size": 16,
+           "target_forward_s": target_forward_time(target, batch, taps, args, device), "variants": []}
+    for variant in args.variants:
+        out["variants"].append(run_variant(variant, model, target, tconfig, batch, args, device))
+    del target
+    gc.collect()
+    return out
+
+
+def table(results: list[dict]) -> str:
+    head = f"{'model':<14}{'variant':<8}{'step s':>9}{'tok/s':>10}{'TFLOP':>8}{'TFLOP/s':>9}{'MFU':>7}{'peak GB':>9}"
+    lines = [head, "-" * len(head)]
+    for r in results:
+        for v in r["variants"]:
+            if "error" in v:
+                lines.append(f"{r['model']:<14}{v['variant']:<8}  {v['error'][:60]}")
+                continue
+            peak = f"{v['peak_memory_gb']:.1f}" if v["peak_memory_gb"] is not None else "-"
+            lines.append(
+                f"{r['model']:<14}{v['variant']:<8}{v['step_time_s']:>9.3f}{v['tokens_per_s']:>10.0f}"
+                f"{v['useful_tflop']:>8.1f}{v['achieved_tflops']:>9.1f}{v['mfu']:>7.1%}{peak:>9}"
+            )
+        fast = {v["variant"]: v for v in r["variants"] if "error" not in v}
+        ratio = (f", naive/fast step time {fast['naive']['step_time_s'] / fast['fast']['step_time_s']:.2f}x"
+                 if {"fast", "naive"} <= fast.keys() else "")
+        lines.append(f"{'':<14}target forward alone {r['target_forward_s']:.3f} s{ratio}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="JSON results file")
+    parser.add_argument("--model", choices=["qwen3-8b", "nemotron-nano", "both"], default="qwen3-8b")
+    parser.add_argument("--variants", default="fast,naive", help="comma list of fast, naive")
+    parser.add_argument("--seq-len", type=int, default=4096)
+    parser.add_argument("--anchors", type=int, default=512)
+    parser.add_argument("--chunk", type=int, default=2048, help="LM-head chunk (tokens) of the fast variant")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps (median reported)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation)")
+    parser.add_argument("--peak-tflops", type=float, default=780.0)
+    parser.add_argument("--tiny", action="store_true", help="tiny shapes on the CPU: checks the script, not speed")
+    args = parser.parse_args(argv)
+    args.variants = [v for v in args.variants.split(",") if v]
+    if args.tiny:
+        models = ["tiny"]
+        args.seq_len, args.anchors, args.chunk = min(args.seq_len, 192), min(args.anchors, 8), min(args.chunk, 32)
+    else:
+        models = ["qwen3-8b", "nemotron-nano"] if args.model == "both" else [args.model]
+    dist = setup()
+    if not args.tiny and dist.device.type != "cuda":
+        parser.error("needs a CUDA device (use --tiny for a CPU check)")
+    results = [bench_model(m, args, dist.device) for m in models]
+    teardown()
+    report = {
+        "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
+        "machine": {
+            "device": torch.cuda.get_device_name(dist.device) if dist.device.type == "cuda" else platform.processor() or "cpu",
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "python": platform.python_version(),
+        },
+        "peak_tflops": args.peak_tflops,
+        "results": results,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1))
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
