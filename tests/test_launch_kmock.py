@@ -5,7 +5,8 @@ kmock serves an in-memory Kubernetes API over HTTP from a background thread; the
 creates the pods the Training Operator / JobSet would create (with their real labels), sets their
 statuses and the job's conditions, and emits events. kmock does not emulate pods/log (a GET of the
 subresource returns the pod object), so the test registers a reaction on the `log` subresource that
-serves each pod's text, as a kubelet would.
+serves each pod's lines as a kubelet does: RFC 3339 timestamps on request, `sinceSeconds` honoured. Its
+follow streams end at once (a kubelet's stay open), which is what a dropped connection looks like.
 """
 
 from __future__ import annotations
@@ -15,13 +16,20 @@ import itertools
 import logging
 import threading
 import time
+from datetime import datetime, timezone
 
 import kmock
 import pytest
 from kubernetes import client
 
 from flashdraft.errors import UserError
-from flashdraft.launch import JobFailedError, JobStuckError, JobTimeoutError, kube, launch_training
+from flashdraft.launch import (
+    JobFailedError,
+    JobStuckError,
+    JobTimeoutError,
+    kube,
+    launch_training,
+)
 
 IMAGE = "reg.example/flashdraft-trainer:0.1.0-cuda12.8"
 PTJ = ("kubeflow.org", "v1", "pytorchjobs")
@@ -38,8 +46,35 @@ class Emulator:
         self.thread = threading.Thread(target=self._serve, args=(started,), daemon=True)
         self.thread.start()
         assert started.wait(30), "kmock did not start"
-        self.logs: dict[str, bytes] = {}
-        self.emu[kmock.subresource("log")] << (lambda req: self.logs.get(req.url.path.split("/")[-2], b""))
+        self.logs: dict[str, list[tuple[float, str]]] = {}  # pod -> its current container's lines
+        self.log_params: list[dict] = []
+        self.emu[kmock.subresource("log")] << self._serve_log
+
+    def write(self, pod: str, *lines: str) -> None:
+        for line in lines:
+            self.logs.setdefault(pod, []).append((time.time(), line))
+            time.sleep(0.001)  # distinct timestamps, as lines written apart have
+
+    def restart(self, pod: str, *lines: str) -> None:
+        """A new container: the kubelet serves only its log."""
+        self.logs[pod] = []
+        self.write(pod, *lines)
+
+    def _serve_log(self, req) -> bytes:
+        pod = req.url.path.split("/")[-2]
+        self.log_params.append(dict(req.params))
+        since = req.params.get("sinceSeconds")
+        stamps = str(req.params.get("timestamps", "")).lower() == "true"
+        now = time.time()
+        out = []
+        for ts, text in list(self.logs.get(pod, [])):
+            if since is not None and ts < now - int(since):
+                continue
+            moment = datetime.fromtimestamp(ts, timezone.utc)
+            fraction = f"{int(round(ts % 1 * 1e9)) % 1_000_000_000:09d}".rstrip("0")
+            stamp = moment.strftime("%Y-%m-%dT%H:%M:%S") + (f".{fraction}" if fraction else "") + "Z"
+            out.append(f"{stamp} {text}\n" if stamps else f"{text}\n")
+        return "".join(out).encode()
 
     def _serve(self, started: threading.Event) -> None:
         asyncio.set_event_loop(self.loop)
@@ -203,15 +238,15 @@ def test_success_streams_master_log_across_a_restart_and_deletes_the_job(emulato
     def script(op: Operator):
         job = op.wait_job()
         name = job["metadata"]["name"]
-        emulator.logs[f"{name}-master-0"] = b"step 1 loss 2.5\nstep 2 loss 2.1\n"
-        emulator.logs[f"{name}-worker-0"] = b"worker output is not streamed\n"
+        emulator.write(f"{name}-master-0", "step 1 loss 2.5", "step 2 loss 2.1")
+        emulator.write(f"{name}-worker-0", "worker output is not streamed")
         op.set_conditions(name, "Created", "Running")
         before = emulator.log_requests()
         op.pod(f"{name}-master-0", master_labels(name), "pytorch", running("pytorch"))
         op.pod(f"{name}-worker-0", master_labels(name, "worker", 0), "pytorch", running("pytorch"))
         wait_for(lambda: emulator.log_requests() > before, what="the first log stream")
         # The container restarts (OnFailure): the trainer resumes and the launcher follows the new log.
-        emulator.logs[f"{name}-master-0"] = b"resumed from step 2\nstep 3 loss 1.9"
+        emulator.restart(f"{name}-master-0", "resumed from step 2", "step 3 loss 1.9")
         op.pod_status(f"{name}-master-0", running("pytorch", restarts=1))
         wait_for(lambda: emulator.log_requests() > before + 1, what="the second log stream")
         op.set_conditions(name, "Created", "Succeeded")
@@ -233,6 +268,32 @@ def test_success_streams_master_log_across_a_restart_and_deletes_the_job(emulato
     assert op.job() is None  # cleanup on success
 
 
+def test_dropped_log_stream_is_reopened_without_loss_or_repeats(emulator, namespace, caplog):
+    """A follow stream that ends while the container runs is reopened from its last timestamp."""
+
+    def script(op: Operator):
+        name = op.wait_job()["metadata"]["name"]
+        pod = f"{name}-master-0"
+        emulator.write(pod, "epoch 1", "epoch 2")
+        before = len(emulator.log_params)
+        op.pod(pod, master_labels(name), "pytorch", running("pytorch"))
+        wait_for(lambda: len(emulator.log_params) > before, what="the first log stream")
+        emulator.write(pod, "epoch 3")  # written after the stream dropped
+        wait_for(
+            lambda: any("sinceSeconds" in p for p in emulator.log_params[before:]), what="the stream to be reopened"
+        )
+        emulator.write(pod, "epoch 4")
+        op.set_conditions(name, "Succeeded")
+
+    caplog.set_level(logging.INFO)
+    op = Operator(emulator, namespace).run(script)
+    result = launch(emulator, namespace, name="fd-drop")
+    op.join()
+    streamed = [r.getMessage() for r in caplog.records if r.name == "flashdraft.launch.job"]
+    assert streamed == [f"[fd-drop-master-0] epoch {i}" for i in (1, 2, 3, 4)]
+    assert result.log_lines == 4
+
+
 def test_trainjob_success(emulator, namespace, caplog):
     def script(op: Operator):
         name = op.wait_job()["metadata"]["name"]
@@ -241,7 +302,7 @@ def test_trainjob_success(emulator, namespace, caplog):
             "jobset.sigs.k8s.io/replicatedjob-name": "node",
             "batch.kubernetes.io/job-completion-index": "0",
         }
-        emulator.logs[f"{name}-node-0-0-abcde"] = b"trainjob rank 0 says hi\n"
+        emulator.write(f"{name}-node-0-0-abcde", "trainjob rank 0 says hi")
         before = emulator.log_requests()
         op.pod(f"{name}-node-0-0-abcde", labels, "node", running("node"))
         op.pod(

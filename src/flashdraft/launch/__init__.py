@@ -17,7 +17,13 @@ from collections.abc import Sequence
 from flashdraft.errors import UserError
 from flashdraft.launch.jobs import build_job, check_train_arguments, train_arguments
 from flashdraft.launch.spec import LaunchSpec, PVCMount, SecretEnv
-from flashdraft.launch.watch import JobFailedError, JobResult, JobStuckError, JobTimeoutError, run_job
+from flashdraft.launch.watch import (
+    JobFailedError,
+    JobResult,
+    JobStuckError,
+    JobTimeoutError,
+    run_job,
+)
 
 __all__ = [
     "JobFailedError",

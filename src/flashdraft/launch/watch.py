@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
 
 from flashdraft.errors import UserError
 from flashdraft.launch import diagnose
-from flashdraft.launch.jobs import PYTORCH_CONTAINER, PYTORCHJOB_API, TRAINJOB_API, TRAINJOB_CONTAINER
+from flashdraft.launch.jobs import (
+    PYTORCH_CONTAINER,
+    PYTORCHJOB_API,
+    TRAINJOB_API,
+    TRAINJOB_CONTAINER,
+)
 from flashdraft.launch.kube import create_error, read_error
+from flashdraft.launch.logs import LogFollower
 
 log = logging.getLogger(__name__)
-job_log = logging.getLogger("flashdraft.launch.job")  # the training job's own output, line by line
 
 CLEANUP_POLICIES = ("on-success", "always", "never")
 
@@ -40,87 +44,6 @@ class JobResult:
     seconds: float
     log_lines: int = 0
     problems: list[str] = field(default_factory=list)
-
-
-class _LogFollower(threading.Thread):
-    """Follows the rank-0 pod's training container, once per container start (restarts included)."""
-
-    def __init__(self, core, namespace: str, container: str):
-        super().__init__(daemon=True, name="flashdraft-log-follower")
-        self.core, self.namespace, self.container = core, namespace, container
-        self._pod: dict | None = None
-        self._streamed: set[tuple[str, int]] = set()
-        self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._response = None
-        self.lines = 0
-
-    def set_pod(self, pod: dict | None) -> None:
-        with self._lock:
-            self._pod = pod
-
-    def _next_key(self) -> tuple[str, str, int] | None:
-        with self._lock:
-            pod = self._pod
-        if pod is None:
-            return None
-        name = pod["metadata"]["name"]
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-            state = cs.get("state") or {}
-            if cs.get("name") == self.container and ("running" in state or "terminated" in state):
-                key = (f"{name}/{pod['metadata'].get('uid', '')}", int(cs.get("restartCount") or 0))
-                if key not in self._streamed:
-                    return name, key[0], key[1]
-        return None
-
-    def run(self) -> None:
-        while True:
-            stopping = self._stopping.is_set()
-            nxt = self._next_key()
-            if nxt is not None:
-                name, pod_key, restarts = nxt
-                self._streamed.add((pod_key, restarts))
-                self._stream(name)
-            elif stopping:
-                return
-            else:
-                self._stopping.wait(0.2)
-
-    def _stream(self, pod_name: str) -> None:
-        from kubernetes.client import ApiException
-
-        try:
-            self._response = self.core.read_namespaced_pod_log(
-                pod_name, self.namespace, container=self.container, follow=True, _preload_content=False
-            )
-            pending = b""
-            for chunk in self._response.stream(4096):
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    self._emit(pod_name, line)
-            if pending:
-                self._emit(pod_name, pending)
-        except ApiException as err:
-            log.warning("cannot read the log of %s: HTTP %s %s", pod_name, err.status, err.reason)
-        except Exception as err:  # the connection dropped (or we closed it on shutdown): not fatal
-            if not self._stopping.is_set():
-                log.warning("log stream of %s ended: %s", pod_name, err)
-        finally:
-            self._response = None
-
-    def _emit(self, pod_name: str, line: bytes) -> None:
-        self.lines += 1
-        job_log.info("[%s] %s", pod_name, line.decode("utf-8", "replace").rstrip("\r"))
-
-    def finish(self, timeout_s: float) -> None:
-        """Let the last stream drain (a finished container's log ends by itself), then stop."""
-        self._stopping.set()
-        self.join(timeout_s)
-        response = self._response
-        if self.is_alive() and response is not None:
-            response.close()
-            self.join(1.0)
 
 
 class JobWatch:
@@ -208,7 +131,7 @@ class JobWatch:
 
     def wait(self, timeout_s: float) -> JobResult:
         start = time.monotonic()
-        follower = _LogFollower(
+        follower = LogFollower(
             self.core, self.namespace, PYTORCH_CONTAINER if self.backend == "pytorchjob" else TRAINJOB_CONTAINER
         )
         follower.start()
