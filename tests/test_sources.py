@@ -51,7 +51,8 @@ def test_file_formats_agree(tmp_path):
 
 def test_other_layouts_become_messages(tmp_path):
     path = _write_jsonl(tmp_path / "d.jsonl", [
-        {"conversations": [{"from": "system", "value": "s"}, {"from": "human", "value": "h"}, {"from": "gpt", "value": "g"}]},
+        {"conversations": [{"from": "system", "value": "s"}, {"from": "human", "value": "h"},
+                           {"from": "gpt", "value": "g"}]},
         {"instruction": "do it", "output": "done"},
         {"prompt": "just a prompt"},
     ])
@@ -110,7 +111,8 @@ def test_chitchat_train_and_eval_split():
         roles = [m["role"] for m in messages]
         assert roles[0] == "user" and all(r != s for r, s in zip(roles, roles[1:]))
     prompts = chitchat_eval_prompts(limit=5, turns=2)
-    assert len(prompts) == 5 and all(p[-1]["role"] == "user" and sum(m["role"] == "user" for m in p) == 2 for p in prompts)
+    assert len(prompts) == 5
+    assert all(p[-1]["role"] == "user" and sum(m["role"] == "user" for m in p) == 2 for p in prompts)
     eval_texts = {m["content"] for ms in evaluation["messages"] for m in ms}
     assert all(p[0]["content"] in eval_texts for p in prompts)
     with pytest.raises(UserError, match="only packaged:chitchat has an eval split"):

@@ -41,6 +41,7 @@ def _prompts(path: Path, n: int) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_kill_and_rerun_gives_the_uninterrupted_dataset(tiny_target, tmp_path):
     target = str(tiny_target("qwen3"))
     prompts = _prompts(tmp_path / "prompts.jsonl", 48)
@@ -184,6 +185,10 @@ def test_bad_options_leave_nothing(tiny_target, tmp_path, capsys):
     with pytest.raises(UserError, match="not empty and holds no warmup"):
         run_warmup(target, prompts, tmp_path / "busy", **FAST)
     assert os.listdir(tmp_path / "busy") == ["thesis.tex"]
+    mismatched = save_tiny_target(tmp_path / "mismatched", "llama", vocab_size=200)  # tokenizer: 260
+    with pytest.raises(UserError, match="260 tokens but the model only 200 embedding rows"):
+        run_warmup(str(mismatched), prompts, out, **FAST)
+    assert not out.exists()
 
 
 def test_unreachable_hub_target_offline(tmp_path):
@@ -220,7 +225,8 @@ def test_turns_past_the_context_are_not_generated(tiny_target, tmp_path):
     prompts.write_text("".join(json.dumps({"messages": m}) + "\n" for m in [
         [{"role": "user", "content": "short"}],
         [{"role": "user", "content": long}],
-        [{"role": "user", "content": "short"}, {"role": "assistant", "content": "a"}, {"role": "user", "content": long}],
+        [{"role": "user", "content": "short"}, {"role": "assistant", "content": "a"},
+         {"role": "user", "content": long}],
     ]))
     result = run_warmup(str(tiny_target("qwen3")), str(prompts), tmp_path / "out", **FAST)
     rows = [json.loads(line) for line in result.dataset.read_text().splitlines()]

@@ -95,6 +95,11 @@ def run_warmup(
     path = materialised.path
     config = targets.load_config(str(path), trust_remote_code=trust_remote_code)
     tokenizer = targets.load_tokenizer(str(path), trust_remote_code=trust_remote_code)
+    if len(tokenizer) > config.vocab_size:
+        raise UserError(
+            f"the tokenizer of {target} has {len(tokenizer)} tokens but the model only {config.vocab_size} "
+            "embedding rows: they do not belong together; give the model's own tokenizer files"
+        )
     template, template_origin = _chat_template(tokenizer, target, chat_template)
     tokenizer.chat_template = template
     if thinking is not None and "enable_thinking" not in template:
@@ -166,7 +171,9 @@ def _resolve_backend(backend: str) -> str:
         raise UserError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     has_vllm = importlib.util.find_spec("vllm") is not None
     if backend == "vllm" and not has_vllm:
-        raise UserError("--backend vllm needs vLLM: pip install vllm (on a CUDA machine), or use --backend transformers")
+        raise UserError(
+            "--backend vllm needs vLLM: pip install vllm (on a CUDA machine), or use --backend transformers"
+        )
     if backend == "auto":
         import torch
 

@@ -271,7 +271,9 @@ class _ReasoningGym(_Source):
         try:
             import reasoning_gym
         except ImportError:
-            raise UserError("packaged:reasoning_gym needs the reasoning-gym package: pip install reasoning-gym") from None
+            raise UserError(
+                "packaged:reasoning_gym needs the reasoning-gym package: pip install reasoning-gym"
+            ) from None
         n_tasks = len(REASONING_GYM_TASKS)
         per_task = -(-count // n_tasks)
         generators = [
