@@ -31,6 +31,7 @@ def test_parse_spec_syntax(tmp_path):
     cfg = parse_spec("org/name/cfg:test")
     assert (cfg.name, cfg.config, cfg.split, cfg.weight) == ("org/name", "cfg", "test", None)
     assert parse_spec("org/name").split == "train"
+    assert parse_spec("org/name:train[:10%]@2").split == "train[:10%]"
     local = parse_spec(_write_jsonl(tmp_path / "a.jsonl", [_chat(0)]) + "@2")
     assert (local.kind, local.weight) == ("file", 2.0)
     assert parse_spec("packaged:chitchat").kind == "packaged"

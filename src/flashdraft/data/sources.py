@@ -8,7 +8,8 @@ A dataset spec is one string; a list of specs is a mixture.
              | ORG "/" NAME [ "/" CONFIG ] [ ":" SPLIT ]     a hub dataset (split defaults to train)
 
 Examples: `prompts.jsonl`, `packaged:chitchat@0.3`, `HuggingFaceH4/ultrachat_200k:train_sft`,
-`nvidia/Nemotron-Post-Training-Dataset-v2:chat@0.5`, `org/name/config:test`.
+`nvidia/Nemotron-Post-Training-Dataset-v2:chat@0.5`, `org/name/config:test`, `org/name:train[:10%]`
+(a hub split takes `datasets`' slice syntax).
 
 Every row comes out as `{"id", "source", "messages"}` with OpenAI-style messages (`role` in system /
 user / assistant, `content` a string). Rows in a file or hub dataset may hold `messages`, ShareGPT
