@@ -82,7 +82,10 @@ def parent_runs(uri: str, experiment: str):
     return runs
 
 
-def test_a_failing_step_fails_the_pipeline_marks_the_run_failed_and_moves_no_alias(in_tmp, mlflow_server, capfd):
+@pytest.mark.slow
+def test_a_failing_step_fails_the_pipeline_marks_the_run_failed_and_moves_no_alias(
+    in_tmp, mlflow_server, tiny_target, capfd
+):
     name, experiment = "dflash-failing", "pipeline-failure"
     # A champion exists before the run: a failed run must leave it alone.
     draft = in_tmp / "champion-draft"
@@ -93,16 +96,21 @@ def test_a_failing_step_fails_the_pipeline_marks_the_run_failed_and_moves_no_ali
     client = MlflowClient(mlflow_server)
     before = client.get_registered_model(name).aliases
 
-    missing = in_tmp / "no-such-target"
-    code = cli.main(["run", str(PIPELINE), "--local", f"target={missing}", f"model_name={name}",
-                     f"mlflow_experiment={experiment}"])
+    # Warmup and draft-init succeed; training fails on a config key that does not exist.
+    items = [i for i in TINY_RUN if not i.startswith(("train_overrides=", "warmup_num_samples="))]
+    code = cli.main(["run", str(PIPELINE), "--local", f"target={tiny_target('qwen3')}", f"model_name={name}",
+                     f"mlflow_experiment={experiment}", "train_overrides=[train.no_such_key=1]", "warmup_num_samples=2",
+                     *items])
     out, err = capfd.readouterr()
     assert code == 1
-    assert "pipeline failed" in err and "FAILURE" in err
-    assert f"target path '{missing}' does not exist" in out  # the step's own error, streamed
+    assert "pipeline failed" in err and "Inner task failed" in err and "train" in err
+    assert "unknown config key(s) train.no_such_key" in out + err  # the step's own error, streamed
     (run,) = parent_runs(mlflow_server, experiment)
     assert run.info.status == "FAILED"
     assert "failed" in run.data.tags["flashdraft.error"]
+    children = client.search_runs([run.info.experiment_id],
+                                  filter_string=f"tags.`mlflow.parentRunId` = '{run.info.run_id}'")
+    assert "warmup" in {c.data.tags.get("flashdraft.step") for c in children}  # it got that far
     assert client.get_registered_model(name).aliases == before
     assert len(client.search_model_versions(f"name='{name}'")) == 1
 
