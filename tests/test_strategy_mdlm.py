@@ -266,6 +266,54 @@ def test_export_round_trips(bidirectional_model, tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".export")]
 
 
+REMOTE_CONFIG = """from transformers import LlamaConfig
+
+
+class TinyDiffusionConfig(LlamaConfig):
+    model_type = "llada2_moe"
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("is_causal", False)
+        super().__init__(**kwargs)
+"""
+REMOTE_MODEL = """from transformers import LlamaForCausalLM
+
+from .configuration_tiny_diffusion import TinyDiffusionConfig
+
+
+class TinyDiffusionLM(LlamaForCausalLM):
+    config_class = TinyDiffusionConfig
+"""
+
+
+def save_remote_code_model(path: Path) -> Path:
+    """A model folder shaped like LLaDA2's: remote code, model type llada2_moe, an architecture name that
+    does not end in ForCausalLM, AutoModelForCausalLM in auto_map."""
+    save_model(path, bidirectional=False)
+    (path / "configuration_tiny_diffusion.py").write_text(REMOTE_CONFIG)
+    (path / "modeling_tiny_diffusion.py").write_text(REMOTE_MODEL)
+    config = json.loads((path / "config.json").read_text())
+    config.update(model_type="llada2_moe", architectures=["TinyDiffusionLM"], auto_map={
+        "AutoConfig": "configuration_tiny_diffusion.TinyDiffusionConfig",
+        "AutoModelForCausalLM": "modeling_tiny_diffusion.TinyDiffusionLM"})
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+def test_remote_code_diffusion_model_trains_and_exports(tmp_path):
+    model = save_remote_code_model(tmp_path / "model")
+    data = alphabet_chats(tmp_path / "chats.jsonl", rows=6, length=16)
+    out = tmp_path / "out"
+    code = cli.main(["train", *tiny_train_args(model, data, out, **{
+        "strategy.name": "mdlm", "strategy.mask_token_id": MASK_ID, "target.trust_remote_code": "true",
+        "train.micro_batch_size": 2, "train.max_steps": 2})])
+    assert code == 0  # a bidirectional model type: no allow_causal_model needed
+    exported = AutoModelForCausalLM.from_pretrained(out / "export", trust_remote_code=True)
+    assert type(exported).__name__ == "TinyDiffusionLM" and exported.config.is_causal is False
+    assert (out / "export" / "modeling_tiny_diffusion.py").is_file()
+    assert json.loads((out / "summary.json").read_text())["supervised_tokens"] > 0
+
+
 # -- bad input ---------------------------------------------------------------------------------
 def test_missing_mask_token_is_a_clear_error(bidirectional_model):
     config = load_config(None, [f"target.name_or_path={bidirectional_model}", "strategy.name=mdlm"])
