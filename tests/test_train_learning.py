@@ -14,7 +14,9 @@ from train_helpers import alphabet_chats, read_metrics, run_cli, tiny_train_args
 def test_expected_tau_climbs(tiny_target, tmp_path):
     data = alphabet_chats(tmp_path / "chats.jsonl", rows=200)
     out = tmp_path / "run"
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     done = run_cli(["train", *tiny_train_args(tiny_target("qwen3"), data, out, **{
+        "tracking.uri": store, "tracking.experiment": "learn",
         "draft.block_size": 8, "strategy.num_anchors": 8, "train.micro_batch_size": 4, "train.lr": "3e-3",
         "train.epochs": 100, "train.max_steps": 200, "train.log_every": 20, "data.eval_samples": 16,
         "train.checkpoint_every": 1000})])
@@ -26,3 +28,13 @@ def test_expected_tau_climbs(tiny_target, tmp_path):
     assert summary["eval_tau"] > 5.0, summary
     assert summary["eval_acc_slot_7"] > 0.5
     assert summary["loss"] < metrics[0]["loss"]
+
+    # The same metrics and the resolved config are in the MLflow run.
+    from mlflow import MlflowClient
+
+    client = MlflowClient(store)
+    (run,) = client.search_runs([client.get_experiment_by_name("learn").experiment_id])
+    assert run.data.params["train.max_steps"] == "200" and run.data.params["draft.block_size"] == "8"
+    taus = [m.value for m in client.get_metric_history(run.info.run_id, "tau")]
+    assert taus == [m["tau"] for m in metrics if "tau" in m]
+    assert run.data.metrics["final_eval_tau"] == summary["eval_tau"]

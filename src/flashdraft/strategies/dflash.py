@@ -127,6 +127,10 @@ class DFlashStrategy:
                 "strategy.attention=flex needs a CUDA device (FlexAttention has no backward on CPU); "
                 "use strategy.attention=sdpa or auto"
             )
+        if self.use_flex:
+            # One compiled attention kernel per padded sequence length (data.pad_to_multiple buckets);
+            # the default limit of 8 would fall back to the slow path on a longer tail of lengths.
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         t = self.config.target
         self.target = targets.FrozenTarget.load(
             t.name_or_path,
