@@ -27,7 +27,7 @@ from flashdraft.errors import UserError
 from flashdraft.model import DFlashDraftConfig, DFlashDraftModel
 from flashdraft.strategies.block_mask import dense_mask, flex_block_mask
 from flashdraft.strategies.chunked_ce import linear_cross_entropy
-from flashdraft.strategies.flops import draft_train_flops, target_forward_flops
+from flashdraft.strategies.flops import TargetFlops, draft_train_flops
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +96,7 @@ class DFlashStrategy:
         self.weights = slot_weights(self.block_size, self.gamma)
         self.target: targets.FrozenTarget | None = None
         self.use_flex = False
+        self._target_flops: TargetFlops | None = None
 
     @classmethod
     def plan(cls, config: Config, target_config, tokenizer) -> DFlashStrategy:
@@ -257,11 +258,12 @@ class DFlashStrategy:
     def flops(self, prepared: DFlashPrepared) -> float:
         batch = prepared.batch
         lengths = batch.attention_mask.sum(dim=1)
-        target_layers = targets.decoder_layers(self.target.model)
+        if self._target_flops is None:
+            self._target_flops = TargetFlops(targets.decoder_layers(self.target.model), self.target_config)
         blocks = float(prepared.block_valid.sum())
         size = self.block_size
         visible = float((prepared.anchors * prepared.block_valid).sum()) * size + blocks * size * size
-        return target_forward_flops(target_layers, self.target_config, lengths) + draft_train_flops(
+        return self._target_flops(lengths) + draft_train_flops(
             self.draft_config,
             self.target_config.vocab_size,
             context_tokens=float(lengths.sum()),

@@ -39,14 +39,21 @@ def active_params(layers: nn.ModuleList, config) -> float:
     return total
 
 
-def target_forward_flops(layers: nn.ModuleList, config, lengths: torch.Tensor) -> float:
-    """Forward FLOPs of the target's decoder layers over sequences of `lengths` real tokens."""
-    tokens = float(lengths.sum())
-    heads = config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    # QK^T and PV, causal: about len^2 / 2 scores per head and layer.
-    attention = 2 * 2 * heads * head_dim * float((lengths.double() ** 2 / 2).sum()) * _attention_layers(layers)
-    return 2 * active_params(layers, config) * tokens + attention
+class TargetFlops:
+    """Forward FLOPs of a target's decoder layers (its parameter count is read once)."""
+
+    def __init__(self, layers: nn.ModuleList, config):
+        self.params = active_params(layers, config)
+        self.attention_layers = _attention_layers(layers)
+        self.heads = config.num_attention_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+
+    def __call__(self, lengths: torch.Tensor) -> float:
+        """FLOPs over sequences of `lengths` real tokens."""
+        # QK^T and PV, causal: about len^2 / 2 scores per head and layer.
+        scores = float((lengths.double() ** 2 / 2).sum())
+        attention = 2 * 2 * self.heads * self.head_dim * scores * self.attention_layers
+        return 2 * self.params * float(lengths.sum()) + attention
 
 
 def draft_train_flops(
@@ -75,3 +82,8 @@ def draft_train_flops(
     )
     head = 2 * 2 * hidden * vocab_size * supervised_slots
     return fc + 3 * per_layer * c.num_hidden_layers + head
+
+
+def target_forward_flops(layers: nn.ModuleList, config, lengths: torch.Tensor) -> float:
+    """Forward FLOPs of the target's decoder layers over sequences of `lengths` real tokens."""
+    return TargetFlops(layers, config)(lengths)

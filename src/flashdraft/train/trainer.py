@@ -155,6 +155,10 @@ class Trainer:
             if state is not None:
                 start = state["step"]
                 self.schedule.load_state_dict(state["schedule"])
+                if state["data"]["global_batch"] != self.loader.global_batch:
+                    log.warning("resuming with a global batch of %d instead of %d: the data order from step %d on "
+                                "differs from the original run's", self.loader.global_batch,
+                                state["data"]["global_batch"], start)
                 metrics.truncate_after(start)
             crash_after = int(os.environ.get(CRASH_ENV, 0)) or None
 
