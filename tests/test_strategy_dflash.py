@@ -200,3 +200,32 @@ def test_draft_that_does_not_fit_the_target(tiny_target, tmp_path):
     config.draft.init_from = str(tmp_path / "wide-draft")
     with pytest.raises(UserError, match="hidden size"):
         DFlashStrategy.plan(config, targets.load_config(str(other)), targets.load_tokenizer(str(other)))
+
+
+def test_flop_count_matches_measured_matmuls(tiny_target):
+    """The MFU numerator: our matmul FLOPs == what torch's FlopCounterMode sees (attention aside)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    strat, draft = make_strategy(tiny_target("qwen3"), num_anchors=5)
+    batch = make_batch(lengths=(40,))
+    prepared = strat.prepare(batch, step=0)
+    assert prepared.block_valid.all()  # every block used, so every computed token is useful
+    with FlopCounterMode(display=False) as counter:
+        loss_sum, _ = strat.loss(draft, prepared)
+        loss_sum.backward()
+    measured = sum(n for op, n in counter.get_flop_counts()["Global"].items() if "mm" in str(op))
+    strat.flops(prepared)  # builds the target's counter
+    target = strat._target_flops
+    target.attention_layers = 0
+    expected = target(batch.attention_mask.sum(1)) + draft_flops_without_attention(strat, prepared)
+    assert abs(measured - expected) / measured < 0.01, (measured, expected)
+
+
+def draft_flops_without_attention(strat, prepared) -> float:
+    from flashdraft.strategies.flops import draft_train_flops
+
+    blocks = float(prepared.block_valid.sum())
+    return draft_train_flops(strat.draft_config, strat.target_config.vocab_size,
+                             context_tokens=float(prepared.batch.attention_mask.sum()),
+                             block_tokens=blocks * strat.block_size, visible_keys=0.0,
+                             supervised_slots=float(prepared.num_targets))
