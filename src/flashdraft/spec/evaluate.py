@@ -92,6 +92,12 @@ def _bench_report(bench: Benchmark, spec: list[Generation], plain: list[Generati
         "speedup": (spec_speed["tokens_per_second"] / plain_speed["tokens_per_second"])
         if spec_speed["tokens_per_second"] and plain_speed["tokens_per_second"] else None,
         "lossless": metrics.lossless_fraction(spec, plain) if params.greedy else None,
+        "per_prompt": [
+            {"new_tokens": len(s.tokens), "verify_steps": len(s.emitted),
+             "tau": sum(s.emitted) / len(s.emitted) if s.emitted else None,
+             "same_as_plain": s.tokens == p.tokens if params.greedy else None}
+            for s, p in zip(spec, plain)
+        ],
     }
     if lookup is not None:
         result["prompt_lookup"] = lookup
