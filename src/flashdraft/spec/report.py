@@ -38,6 +38,7 @@ def plot(report: dict, out_dir: Path, stem: str) -> list[Path]:
         total = sum(counts) or 1
         ax.bar([x + i * width for x in lengths], [c / total for c in counts], width=width,
                label=f"{name} (tau {spec['tau_pooled']:.2f})")
+    ax.set_xticks(range(1, report["settings"]["block_size"] + 1))
     ax.set_xlabel("tokens per verify step (accepted drafts + bonus)")
     ax.set_ylabel("share of steps")
     ax.set_title("Acceptance length")
@@ -53,6 +54,7 @@ def plot(report: dict, out_dir: Path, stem: str) -> list[Path]:
         ax.plot(range(1, len(rates) + 1), rates, marker="o", label=f"{name}: P(slots 1..k accepted)")
         cond = spec["slot_acceptance_conditional"]
         ax.plot(range(1, len(cond) + 1), cond, linestyle="--", label=f"{name}: P(slot k | 1..k-1)")
+    ax.set_xticks(range(1, report["settings"]["block_size"]))
     ax.set_xlabel("draft slot k")
     ax.set_ylabel("acceptance")
     ax.set_ylim(0, 1.02)
