@@ -32,12 +32,13 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, NemotronHConfig, Qwen3Config
 
-from flashdraft.config import Config, from_dict
+from flashdraft.config import Config, TrainConfig, from_dict
 from flashdraft.data import Batch
 from flashdraft.model import DFlashDraftConfig, DFlashDraftModel
 from flashdraft.strategies.dflash import DFlashStrategy
 from flashdraft.target import FrozenTarget
 from flashdraft.train.distributed import setup, shard, teardown
+from flashdraft.train.optim import build_optimizer
 
 NEMOTRON_PATTERN = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
 _BLOCK_TYPES = {"M": "mamba", "E": "moe", "*": "attention", "-": "mlp"}
@@ -111,7 +112,7 @@ def run_variant(name, model, target, tconfig, batch, args, device) -> dict:
     torch.manual_seed(0)
     draft = DFlashDraftModel(dconfig).float().to(device)
     draft = shard(draft, strategy.shard_units(draft), device)
-    optimizer = torch.optim.AdamW(draft.parameters(), lr=6e-4, betas=(0.9, 0.999), weight_decay=0.0)
+    optimizer = build_optimizer(draft, TrainConfig())  # the trainer's: AdamW 6e-4, (0.9, 0.999), wd 0
     result = {"variant": name, "attention": config.strategy.attention, "lm_head_chunk": config.strategy.lm_head_chunk}
     try:
         times = []

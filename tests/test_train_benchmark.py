@@ -21,7 +21,7 @@ def test_tiny_benchmark(tmp_path):
     out = tmp_path / "bench.json"
     done = subprocess.run(
         [sys.executable, "-c", WITHOUT_EXTRAS, str(SCRIPT), "--tiny", "--steps", "1", "--warmup", "1", "--out", str(out)],
-        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300,
+        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}, timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())

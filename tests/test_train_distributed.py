@@ -8,7 +8,6 @@ them, gathered, to OUT (several trainers per process: the interpreter starts onc
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from train_helpers import alphabet_chats, tiny_train_args
+from train_helpers import alphabet_chats, cpu_env, tiny_train_args
 
 
 def probe(jobs: list[tuple[str, list[str]]]) -> None:
@@ -43,7 +42,7 @@ def run_probes(tmp_path: Path, jobs: dict[str, list[str]], nproc: int = 0) -> li
     launcher = [sys.executable]
     if nproc:
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = cpu_env()
     spec = json.dumps([[outs[name], overrides] for name, overrides in jobs.items()])
     done = subprocess.run([*launcher, __file__, spec], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

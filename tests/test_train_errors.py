@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from flashdraft import cli
 from flashdraft import target as targets
@@ -68,6 +69,7 @@ def test_draft_that_does_not_fit(capsys, no_weights, tiny_target, tmp_path):
     assert "draft.init_from" in err and "not a draft folder" in err
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="flex attention is valid where CUDA is")
 def test_flex_attention_needs_a_gpu(capsys, tiny_target, tmp_path):
     data = alphabet_chats(tmp_path / "chats.jsonl", rows=8)
     err = train_error(capsys, tiny_train_args(tiny_target("qwen3"), data, tmp_path / "out",

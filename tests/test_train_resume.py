@@ -23,15 +23,15 @@ def test_killed_and_resumed_equals_uninterrupted(tiny_target, tmp_path):
         **{"train.micro_batch_size": 2, "train.grad_accum_steps": 2, "data.eval_samples": 4, "train.eval_every": 3},
     )
     whole, broken = tmp_path / "whole", tmp_path / "broken"
-    done = run_cli(["train", *tiny_train_args(target, data, whole, **common)])
+    done = run_cli(["train", *tiny_train_args(target, data, whole, **common)], cpu=True)
     assert done.returncode == 0, done.stderr[-3000:]
 
     crashed = run_cli(["train", *tiny_train_args(target, data, broken, **common)],
-                      env={"FLASHDRAFT_CRASH_AFTER_STEP": "3"})
+                      env={"FLASHDRAFT_CRASH_AFTER_STEP": "3"}, cpu=True)
     assert crashed.returncode == 17, crashed.stderr[-3000:]
     assert sorted(p.name for p in (broken / "checkpoints").iterdir()) == ["step-2"]  # step 3 was lost
     assert not (broken / "export").exists()
-    resumed = run_cli(["train", *tiny_train_args(target, data, broken, **common)])
+    resumed = run_cli(["train", *tiny_train_args(target, data, broken, **common)], cpu=True)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in resumed.stderr
 

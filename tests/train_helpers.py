@@ -38,12 +38,19 @@ def tiny_train_args(target: Path, data: Path, output: Path, **overrides) -> list
     return [f"{k}={v}" for k, v in values.items()]
 
 
-def run_cli(args: list[str], *, env: dict | None = None, torchrun: int = 0, timeout: int = 300):
-    """`python -m flashdraft.cli ...` (or torchrun with `torchrun` processes), one thread per process."""
+def cpu_env(**extra: str) -> dict:
+    """The environment of a CPU subprocess: one thread, and no GPU even where there is one (the CPU
+    tests rely on the CPU path: dense mask, fp32, deterministic kernels)."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", **extra}
+
+
+def run_cli(args: list[str], *, env: dict | None = None, torchrun: int = 0, cpu: bool = False, timeout: int = 300):
+    """`python -m flashdraft.cli ...` (or torchrun with `torchrun` processes), one thread per process;
+    `cpu` hides any GPU."""
     launcher = [sys.executable]
     if torchrun:
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={torchrun}"]
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    full_env = {**(cpu_env() if cpu else {**os.environ, "OMP_NUM_THREADS": "1"}), **(env or {})}
     return subprocess.run(
         [*launcher, "-m", "flashdraft.cli", *args], capture_output=True, text=True, env=full_env, timeout=timeout
     )

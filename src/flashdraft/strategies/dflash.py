@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,6 +122,9 @@ class DFlashStrategy:
         """Load the frozen target onto `device` and make the draft (fp32 master weights)."""
         choice = self.config.strategy.attention
         self.use_flex = choice == "flex" or (choice == "auto" and device.type == "cuda")
+        # The draft computes in bf16 on a GPU (FSDP2's mixed-precision policy) and fp32 elsewhere; the
+        # target's features, embeddings and head are cast to that, whatever the target's dtype.
+        self.compute_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
         if self.use_flex and device.type != "cuda":
             raise UserError(
                 "strategy.attention=flex needs a CUDA device (FlexAttention has no backward on CPU); "
@@ -204,7 +206,8 @@ class DFlashStrategy:
         n, seq_len = batch.input_ids.shape
         features = target.context_features(batch.input_ids, self.draft_config.target_layer_ids, batch.attention_mask)
         block_ids, position_ids = self.block_inputs(prepared)
-        noise = target.embedding(block_ids)
+        noise = target.embedding(block_ids).to(self.compute_dtype)
+        features = features.to(self.compute_dtype)
         if self.use_flex:
             mask = flex_block_mask(prepared.anchors, seq_len, self.block_size)
         else:
@@ -216,7 +219,7 @@ class DFlashStrategy:
         labels = prepared.labels.view(n, -1)[select]
         loss_sum, preds = linear_cross_entropy(
             hidden[select],
-            target.lm_head.weight,
+            target.lm_head.weight.to(self.compute_dtype),
             labels,
             self.weights.to(device)[slot],
             self.config.strategy.lm_head_chunk,

@@ -78,9 +78,11 @@ def shard(trainable: nn.Module, units: list[nn.Module], device: torch.device) ->
         policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     else:
         policy = MixedPrecisionPolicy()
+    # Drafts are small (~1B parameters, ~2 GB in bf16): keeping each unit's gathered weights from its
+    # forward to its backward costs little memory and saves one all-gather per unit and step.
     for unit in units:
-        fully_shard(unit, mp_policy=policy)
-    fully_shard(trainable, mp_policy=policy)
+        fully_shard(unit, mp_policy=policy, reshard_after_forward=False)
+    fully_shard(trainable, mp_policy=policy, reshard_after_forward=False)
     return trainable
 
 

@@ -12,7 +12,11 @@ from flashdraft.config import TrainConfig
 
 def build_optimizer(model: nn.Module, train: TrainConfig) -> torch.optim.AdamW:
     params = [p for p in model.parameters() if p.requires_grad]
-    return torch.optim.AdamW(params, lr=train.lr, betas=tuple(train.betas), weight_decay=train.weight_decay)
+    # One fused kernel over all parameters on GPUs (the step is memory-bound: ~28 bytes per parameter).
+    fused = params[0].device.type == "cuda"
+    return torch.optim.AdamW(
+        params, lr=train.lr, betas=tuple(train.betas), weight_decay=train.weight_decay, fused=fused
+    )
 
 
 def warmup_steps(train: TrainConfig, total_steps: int) -> int:
