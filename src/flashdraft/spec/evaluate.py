@@ -266,10 +266,13 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed, thinking=args.thinking == "on", cuda_graphs=not args.no_cuda_graphs,
         baseline_prompt_lookup=not args.no_prompt_lookup, tracking_uri=args.tracking_uri,
     )
+    def num(value, unit: str = "") -> str:
+        return "n/a" if value is None else f"{value:.2f}{unit}"
+
     for name, r in report["benchmarks"].items():
         spec = r["speculative"]
-        print(f"{name}: tau {spec['tau_pooled']:.2f} pooled / {spec['tau_mean_of_requests']:.2f} per request, "
-              f"{spec['tokens_per_second']:.1f} tok/s vs {r['autoregressive']['tokens_per_second']:.1f} plain "
-              f"(speedup {r['speedup']:.2f}x), lossless {r['lossless']}")
+        print(f"{name}: tau {num(spec['tau_pooled'])} pooled / {num(spec['tau_mean_of_requests'])} per request, "
+              f"{num(spec['tokens_per_second'])} tok/s vs {num(r['autoregressive']['tokens_per_second'])} plain "
+              f"(speedup {num(r['speedup'], 'x')}), lossless {r['lossless']}")
     print(f"report written to {args.output}")
     return 0
