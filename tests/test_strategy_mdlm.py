@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch.nn import functional as F
 from transformers import AutoModelForCausalLM
 
 from flashdraft import cli
@@ -264,6 +263,22 @@ def test_export_round_trips(bidirectional_model, tmp_path):
     assert loaded.config.is_causal is False
     assert targets.load_tokenizer(str(tmp_path / "export")).convert_ids_to_tokens(MASK_ID) == "<|reserved_0|>"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".export")]
+
+
+def test_generation_unmasks_every_position(bidirectional_model):
+    from flashdraft.strategies.mdlm_eval import generate
+
+    strategy = make_strategy(bidirectional_model)
+    model = strategy.build(torch.device("cpu")).eval()
+    prompt = sample(0, 10)[0].tolist()
+    answer = generate(strategy, model, prompt, gen_length=6, steps=3)
+    assert len(answer) == 6 and MASK_ID not in answer
+    assert generate(strategy, model, prompt, gen_length=6, steps=3) == answer  # greedy: deterministic
+    # One position, one step: the argmax over the vocabulary without the mask token.
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt + [MASK_ID]])).logits[0, -1]
+    logits[MASK_ID] = -math.inf
+    assert generate(strategy, model, prompt, gen_length=1, steps=1) == [int(logits.argmax())]
 
 
 REMOTE_CONFIG = """from transformers import LlamaConfig

@@ -17,7 +17,7 @@ from flashdraft.errors import UserError
 COMMANDS: dict[str, tuple[str, str]] = {
     "draft-init": ("flashdraft.model.draft_init", "write a fresh DFlash draft checkpoint for a target"),
     "train": ("flashdraft.train.command", "train a draft against the frozen target (alone or under torchrun)"),
-    "dllm-evaluate": ("flashdraft.strategies.mdlm_eval", "masked-token loss/accuracy and a generation sample of a diffusion LM"),
+    "dllm-evaluate": ("flashdraft.strategies.mdlm_eval", "held-out masked-token loss/accuracy and a sample of a diffusion LM"),
     "warmup": ("flashdraft.warmup", "materialise and check the target, regenerate training answers with it"),
     "launch": ("flashdraft.launch.command", "run training as a PyTorchJob or TrainJob on Kubernetes"),
     "evaluate": ("flashdraft.spec.evaluate", "tau, speedup and losslessness of a draft on benchmarks, with baselines"),

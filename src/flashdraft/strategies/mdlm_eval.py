@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from flashdraft import target as targets
 from flashdraft.config import load_config
-from flashdraft.data.loader import eval_batches, load_rows, prepare_datasets
+from flashdraft.data.loader import eval_batches, prepare_datasets
 from flashdraft.errors import UserError
 from flashdraft.strategies.mdlm import MDLMStrategy
 from flashdraft.tracking import step_run
@@ -74,13 +74,8 @@ def masked_token_metrics(strategy: MDLMStrategy, model, batches) -> dict[str, fl
 
 
 def prompt_ids_of(tokenizer, messages: list[dict]) -> list[int]:
-    """The conversation up to (without) its first assistant turn, rendered with the generation prompt."""
-    turns = []
-    for message in messages:
-        if message["role"] == "assistant":
-            break
-        turns.append(message)
-    ids = tokenizer.apply_chat_template(turns, add_generation_prompt=True, tokenize=True)
+    """`messages` rendered with the chat template and the generation prompt."""
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
 
 
@@ -100,21 +95,20 @@ def evaluate(model_dir: str, *, recipe: str | None, overrides: list[str], prompt
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         batches = eval_batches(eval_set, micro_batch=config.train.micro_batch_size, rank=0, world=1, pad_id=pad_id,
                                pad_to_multiple=config.data.pad_to_multiple)
+        # Held-out prompts: each row up to its first supervised token (the conversation so far and the
+        # assistant header).
+        prompt_ids = [row["input_ids"][: int(row["loss_mask"].int().argmax())].tolist()
+                      for row in (eval_set[i] for i in range(min(num_samples, len(eval_set))))]
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = strategy.build(device).eval()
+    if device.type == "cuda":  # the compute dtype training used there (bf16 under FSDP's policy)
+        model.to(getattr(torch, t.dtype))
     metrics = masked_token_metrics(strategy, model, batches)
 
     if prompts:
-        conversations = [[{"role": "user", "content": p}] for p in prompts]
-    else:  # the first held-out conversations, in the order the split keeps them
-        spec = config.data.eval if config.data.eval is not None else config.data.train
-        rows = load_rows(spec, limit=None if config.data.eval is not None else config.data.limit, seed=config.data.seed)
-        if config.data.eval is None:
-            rows = rows.train_test_split(test_size=config.data.eval_samples, seed=config.data.seed, shuffle=True)["test"]
-        conversations = [rows[i]["messages"] for i in range(min(num_samples, len(rows)))]
+        prompt_ids = [prompt_ids_of(tokenizer, [{"role": "user", "content": p}]) for p in prompts]
     samples = []
-    for messages in conversations:
-        prompt = prompt_ids_of(tokenizer, messages)
+    for prompt in prompt_ids:
         answer = generate(strategy, model, prompt, gen_length=gen_length, steps=steps,
                           eos_token_id=tokenizer.eos_token_id)
         samples.append({"prompt": tokenizer.decode(prompt), "completion": tokenizer.decode(answer),
