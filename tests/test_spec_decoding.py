@@ -137,7 +137,7 @@ def test_hybrid_without_state_rollback_is_wrong(monkeypatch):
     ids = prompt(2)
     block, new = 5, 40
     reference = hf_greedy(target, ids, new + block)
-    monkeypatch.setattr(RecurrentStates, "commit", lambda self, kept, forwarded: self._save())
+    monkeypatch.setattr(RecurrentStates, "commit", lambda self, kept, forwarded, graphs=None: self._save())
     spec = run_spec(target, OracleProposer(reference, block, target.config.vocab_size, noise=0.3, seed=3), ids, new=new)
     assert spec.tokens != reference[:new]
 

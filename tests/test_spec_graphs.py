@@ -73,5 +73,10 @@ def test_graph_replay_semantics_give_the_eager_tokens(model_type):
         noisy = OracleProposer(reference, block, target.config.vocab_size, noise=0.3, seed=seed)
         partial = speculative_generate(spec_runner, noisy, ids, max_new_tokens=new, graphs=graphs)
         assert partial.tokens == reference[:new] and len(set(partial.accepted)) > 1
-    # verify, the draft model's step and each oracle's step; one 1-token decode step.
-    assert sorted(graphs.captured) == ["forward"] + ["propose"] * 3 and plain_graphs.captured == ["forward"]
+    # verify, the draft model's step and each oracle's step; one 1-token decode step; for the hybrid,
+    # a Mamba rollback per kept length.
+    steps = {name for name in graphs.captured if name != "replay"}
+    assert steps == {"forward", "propose"} and graphs.captured.count("propose") == 3
+    assert plain_graphs.captured == ["forward"]
+    rollbacks = graphs.captured.count("replay")
+    assert rollbacks >= 2 if model_type == "nemotron_h" else rollbacks == 0

@@ -89,7 +89,7 @@ def autoregressive_generate(
         position.fill_(start)
         logits, _ = graphs.run("decode", runner.forward, token.view(1, 1), position)
         token = choose(logits[0, -1], params, generator)[0]
-        runner.commit(1, 1)
+        runner.commit(1, 1, graphs)
         start += 1
         done = _finish(tokens, [int(token)], max_new_tokens, stop_ids)
     return Generation(tokens, prefill_s=t1 - t0, decode_s=_sync(device) - t1)
@@ -141,7 +141,7 @@ def speculative_generate(
         host = torch.cat([accepted.view(1), drafts, bonus.view(1)]).tolist()
         n_acc = host[0]
         new = host[1 : 1 + n_acc] + [host[-1]]
-        runner.commit(n_acc + 1, block)
+        runner.commit(n_acc + 1, block, graphs)
         before = len(tokens)
         done = _finish(tokens, new, max_new_tokens, stop_ids)
         result.emitted.append(len(tokens) - before)

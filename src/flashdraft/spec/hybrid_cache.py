@@ -22,6 +22,7 @@ from torch import nn
 from transformers.cache_utils import Cache, LinearAttentionCacheLayerMixin
 
 from flashdraft.errors import UserError
+from flashdraft.spec.graphs import StepGraphs
 from flashdraft.target import decoder_layers
 
 # Attribute names under which hybrid models keep the recurrent mixer of a decoder layer.
@@ -62,12 +63,12 @@ class RecurrentStates:
         states = cls(model, cache)
         return states if states.layer_ids else None
 
-    def _live(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def _live(self) -> list[torch.Tensor]:
         out = []
         for i in self.layer_ids:
             layer = self.cache.layers[i]
             for s in range(layer.number_of_states):
-                out.append((layer.conv_states[s], layer.recurrent_states[s]))
+                out.extend(t for t in (layer.conv_states[s], layer.recurrent_states[s]) if t is not None)
         return out
 
     def commit_prefill(self) -> None:
@@ -76,19 +77,16 @@ class RecurrentStates:
         The copies are allocated once and then overwritten, so captured CUDA graphs stay valid.
         """
         if not self._committed:
-            self._committed = [(conv.clone(), ssm.clone()) for conv, ssm in self._live()]
+            self._committed = [t.clone() for t in self._live()]
         else:
             self._save()
 
     def restore(self) -> None:
-        for (conv, ssm), (c_conv, c_ssm) in zip(self._live(), self._committed):
-            conv.copy_(c_conv)
-            ssm.copy_(c_ssm)
+        # One fused multi-tensor copy instead of two launches per layer.
+        torch._foreach_copy_(self._live(), self._committed)
 
     def _save(self) -> None:
-        for (conv, ssm), (c_conv, c_ssm) in zip(self._live(), self._committed):
-            c_conv.copy_(conv)
-            c_ssm.copy_(ssm)
+        torch._foreach_copy_(self._committed, self._live())
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[None]:
@@ -107,10 +105,21 @@ class RecurrentStates:
             for handle in handles:
                 handle.remove()
 
-    def commit(self, kept: int, forwarded: int) -> None:
+    def replay(self, *prefixes: torch.Tensor) -> None:
+        """From the committed state, push each recurrent mixer's recorded input prefix through it.
+
+        Idempotent (it starts from the committed copy), so it can be replayed as a CUDA graph.
+        """
+        self.restore()
+        for mixer, prefix in zip(self.mixers.values(), prefixes):
+            mixer(prefix, cache=self.cache)
+
+    def commit(self, kept: int, forwarded: int, graphs: StepGraphs | None = None) -> None:
         """Keep the state after the first `kept` of the `forwarded` tokens of the last recorded forward."""
         if kept < forwarded:
-            self.restore()
-            for i, mixer in self.mixers.items():
-                mixer(self._inputs[i][:, :kept], cache=self.cache)
+            prefixes = [self._inputs[i][:, :kept] for i in self.mixers]
+            if graphs is None:
+                self.replay(*prefixes)
+            else:
+                graphs.run("rollback", self.replay, *prefixes)  # one graph per kept length
         self._save()

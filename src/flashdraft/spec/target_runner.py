@@ -16,6 +16,7 @@ from torch import nn
 from transformers import StaticCache
 
 from flashdraft.errors import UserError
+from flashdraft.spec.graphs import StepGraphs
 from flashdraft.spec.hybrid_cache import RecurrentStates
 from flashdraft.target import capture_layer_outputs, concat_taps
 
@@ -52,13 +53,15 @@ class TargetRunner:
         )
 
     def _set_length(self, length: torch.Tensor | int) -> None:
-        for layer in self._attention:
-            if not layer.is_initialized:
-                continue
-            if isinstance(length, torch.Tensor):
-                layer.cumulative_length.copy_(length)  # on the device: no host sync, graph-safe
-            else:
-                layer.cumulative_length.fill_(length)
+        lengths = [layer.cumulative_length for layer in self._attention if layer.is_initialized]
+        if not lengths:
+            return
+        if isinstance(length, torch.Tensor):
+            # On the device, one fused launch: no host sync, graph-safe.
+            torch._foreach_copy_(lengths, [length] * len(lengths))
+        else:
+            for value in lengths:
+                value.fill_(length)
 
     def _forward(self, ids: torch.Tensor, start: torch.Tensor, logits_to_keep: int):
         positions = start + torch.arange(ids.shape[1], device=self.device)
@@ -97,11 +100,11 @@ class TargetRunner:
             return self._forward(ids, start, 0)
 
     @torch.no_grad()
-    def commit(self, kept: int, forwarded: int) -> None:
+    def commit(self, kept: int, forwarded: int, graphs: StepGraphs | None = None) -> None:
         """Keep the first `kept` of the `forwarded` tokens of the last forward.
 
         The KV caches need nothing here: the next forward sets their length from its start, and the
         rejected keys beyond it are never visible. Recurrent states are rolled back exactly.
         """
         if self.recurrent is not None:
-            self.recurrent.commit(kept, forwarded)
+            self.recurrent.commit(kept, forwarded, graphs)
