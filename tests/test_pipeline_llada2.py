@@ -77,10 +77,10 @@ def test_runs_locally_end_to_end_with_mlflow(tmp_path, monkeypatch, mlflow_serve
         raise AssertionError(f"{failure!r}\n--- pipeline log (tail) ---\n{(out + err)[-6000:]}") from failure
 
 
-def check_run(mlflow_server: str, experiment: str) -> None:
-    (parent,) = parent_runs(mlflow_server, experiment)
+def check_run(tracking_uri: str, experiment: str) -> None:
+    (parent,) = parent_runs(tracking_uri, experiment)
     assert parent.info.status == "FINISHED"
-    client = MlflowClient(mlflow_server)
+    client = MlflowClient(tracking_uri)
     steps = {run.info.run_name: run for run in client.search_runs(
         [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")}
     assert {"train", "dllm_evaluate"} <= set(steps), steps.keys()

@@ -249,6 +249,24 @@ def test_same_gradients_on_two_ranks(tmp_path):
             torch.testing.assert_close(ranks[s]["grads"][name], grad, rtol=1e-4, atol=1e-6, msg=f"{s} {name}")
 
 
+@pytest.mark.parametrize("name", ["mdlm", "hybrid"])
+def test_flop_count_matches_measured_matmuls(bidirectional_model, name):
+    """The MFU numerator: our matmul FLOPs == what torch's FlopCounterMode counts (attention aside: the CPU
+    SDPA path is not counted there), forward and backward, LM head over every position."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    strategy = make_strategy(bidirectional_model, name)
+    model = strategy.build(torch.device("cpu"))
+    prepared = strategy.prepare(make_batch([(0, 16), (1, 16)]), step=0)  # no padding: every token is useful
+    with FlopCounterMode(display=False) as counter:
+        loss_sum, _ = strategy.loss(model, prepared)
+        loss_sum.backward()
+    measured = sum(n for op, n in counter.get_flop_counts()["Global"].items() if "mm" in str(op))
+    strategy.layer_flops.attention_layers = 0
+    expected = strategy.flops(prepared)
+    assert abs(measured - expected) / measured < 0.01, (measured, expected)
+
+
 def test_export_round_trips(bidirectional_model, tmp_path):
     strategy = make_strategy(bidirectional_model)
     model = strategy.build(torch.device("cpu"))

@@ -34,7 +34,7 @@ from flashdraft.config import Config
 from flashdraft.data import Batch
 from flashdraft.errors import UserError
 from flashdraft.strategies.dflash import sample_seed
-from flashdraft.strategies.flops import active_params, target_forward_flops
+from flashdraft.strategies.flops import TargetFlops
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ class MDLMStrategy:
         self.eps = config.strategy.mdlm_eps
         self.attention = config.target.attn_implementation
         self.device = torch.device("cpu")
-        self.layers: nn.ModuleList | None = None
+        self.layer_flops: TargetFlops | None = None
 
     @classmethod
     def check(cls, config: Config, model_config, tokenizer) -> int:
@@ -152,7 +152,7 @@ class MDLMStrategy:
         ).model
         model.config.use_cache = False
         self.device = device
-        self.layers = targets.decoder_layers(model)  # for flops()
+        self.layer_flops = TargetFlops(targets.decoder_layers(model), self.model_config)
         return model.requires_grad_(True).train()
 
     def shard_units(self, model: nn.Module) -> list[nn.Module]:
@@ -227,12 +227,12 @@ class MDLMStrategy:
 
     def forward_flops(self, lengths: torch.Tensor, *, causal: bool) -> float:
         """Matmul FLOPs of one forward over sequences of `lengths` tokens, LM head over every position."""
-        layers = self.layers
-        config = self.model_config
-        causal_flops = target_forward_flops(layers, config, lengths)
-        attention = causal_flops - 2 * active_params(layers, config) * float(lengths.sum())
-        head = 2 * config.hidden_size * config.vocab_size * float(lengths.sum())
-        return causal_flops + head + (0.0 if causal else attention)  # full attention: twice the causal scores
+        f = self.layer_flops
+        tokens = float(lengths.sum())
+        scores = float((lengths.double() ** 2).sum()) * (0.5 if causal else 1.0)
+        attention = 2 * 2 * f.heads * f.head_dim * scores * f.attention_layers
+        head = 2 * self.model_config.hidden_size * self.model_config.vocab_size * tokens
+        return 2 * f.params * tokens + attention + head
 
     def export(self, state_dict: dict[str, torch.Tensor], path: Path, recipe: str | None) -> None:
         """The trained LM as an HF folder (save_pretrained, in target.dtype) with the tokenizer."""
