@@ -54,6 +54,16 @@ def test_compiled_yaml_is_current_and_wired(tmp_path):
     assert executors["exec-train"]["emptyDirMounts"][0]["mountPath"] == "/dev/shm"
 
 
+def test_recipe_holds_the_llada2_settings():
+    from flashdraft.config import load_config
+
+    config = load_config("llada2_sft")
+    assert config.target.name_or_path == "inclusionAI/LLaDA2.1-mini" and config.target.trust_remote_code
+    assert (config.strategy.name, config.strategy.mask_token_id) == ("mdlm", 156895)
+    assert config.train.lr == 2e-5 and config.data.max_length == 1024 and config.train.epochs == 5
+    assert config.train.micro_batch_size * config.train.grad_accum_steps * 8 == 32  # global batch on 8 GPUs
+
+
 @pytest.mark.slow
 def test_runs_locally_end_to_end_with_mlflow(tmp_path, monkeypatch, mlflow_server, capfd):  # noqa: F811
     monkeypatch.chdir(tmp_path)
