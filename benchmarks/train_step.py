@@ -109,6 +109,7 @@ def run_variant(name, model, target, tconfig, batch, args, device) -> dict:
     strategy = DFlashStrategy(config, dconfig, tconfig)
     strategy.target = target
     strategy.use_flex = config.strategy.attention == "flex"
+    strategy.compute_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     torch.manual_seed(0)
     draft = DFlashDraftModel(dconfig).float().to(device)
     draft = shard(draft, strategy.shard_units(draft), device)

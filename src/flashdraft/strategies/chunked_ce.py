@@ -10,29 +10,49 @@ less (the fused linear-cross-entropy trick).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch.nn import functional as F
+
+
+def _head_chunk(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor, with_grad: bool):
+    """Weighted CE sum, argmax and (if `with_grad`) the logits' gradient w * (softmax - onehot), in the
+    logits' dtype, for one chunk. Compiled on GPUs into one reduction and one pointwise pass over the
+    chunk (eager, it is ~8 passes over a float32 copy: at a 152k vocab that is ~15 GB per 2k tokens)."""
+    x = logits.float()
+    lse = torch.logsumexp(x, dim=-1)
+    picked = x.gather(1, labels[:, None])[:, 0]
+    total = ((lse - picked) * weights).sum()
+    preds = x.argmax(dim=-1)
+    if not with_grad:
+        return total, preds, None
+    onehot = torch.arange(x.shape[1], device=x.device)[None, :] == labels[:, None]
+    scores = (torch.exp(x - lse[:, None]) - onehot.float()) * weights[:, None]
+    return total, preds, scores.to(logits.dtype)
+
+
+@functools.cache
+def _compiled_head_chunk():
+    return torch.compile(_head_chunk, dynamic=True)
 
 
 class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, labels, weights, chunk_size, compute_grad):
+        head_chunk = _compiled_head_chunk() if hidden.is_cuda else _head_chunk
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         preds = torch.empty_like(labels)
         grad = torch.empty_like(hidden) if compute_grad else None
         for start in range(0, hidden.shape[0], chunk_size):
             end = start + chunk_size
-            h, y, w = hidden[start:end], labels[start:end], weights[start:end].float()
-            logits = (h @ weight.t()).float()
-            lse = torch.logsumexp(logits, dim=-1)
-            picked = logits.gather(1, y[:, None])[:, 0]
-            total += ((lse - picked) * w).sum()
-            preds[start:end] = logits.argmax(dim=-1)
+            logits = hidden[start:end] @ weight.t()
+            part, preds[start:end], scores = head_chunk(
+                logits, labels[start:end], weights[start:end].float(), compute_grad
+            )
+            total += part
             if compute_grad:
-                probs = logits.sub_(lse[:, None]).exp_()  # softmax, in place of the logits
-                probs[torch.arange(len(y), device=y.device), y] -= 1.0
-                probs.mul_(w[:, None])
-                grad[start:end] = (probs.to(weight.dtype) @ weight).to(hidden.dtype)
+                grad[start:end] = (scores @ weight).to(hidden.dtype)
         ctx.save_for_backward(grad if compute_grad else hidden.new_empty(0))
         ctx.mark_non_differentiable(preds)
         return total, preds
