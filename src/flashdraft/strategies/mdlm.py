@@ -143,13 +143,14 @@ class MDLMStrategy:
         """The LM to train, fp32 master weights, from draft.init_from (an earlier export) or the target."""
         t = self.config.target
         source = self.config.draft.init_from or t.name_or_path
+        # Loaded in target.dtype and upcast on the device: each rank's host holds the checkpoint's size only.
         model = targets.FrozenTarget.load(
             source,
-            dtype=torch.float32,
+            dtype=getattr(torch, t.dtype),
             device=device,
             attn_implementation=t.attn_implementation,
             trust_remote_code=t.trust_remote_code,
-        ).model
+        ).model.float()
         model.config.use_cache = False
         self.device = device
         self.layer_flops = TargetFlops(targets.decoder_layers(model), self.model_config)
