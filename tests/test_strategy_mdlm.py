@@ -283,6 +283,16 @@ def test_export_round_trips(bidirectional_model, tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".export")]
 
 
+def test_export_of_a_causal_model_trained_bidirectionally(causal_model, tmp_path):
+    """Plain transformers then runs it the way mdlm trained it; hybrid keeps the model's own attention."""
+    for name, expected in (("mdlm", False), ("hybrid", True)):
+        strategy = make_strategy(causal_model, name, **{"strategy.allow_causal_model": "true"})
+        model = strategy.build(torch.device("cpu"))
+        strategy.export(model.state_dict(), tmp_path / name, recipe=None)
+        config = AutoModelForCausalLM.from_pretrained(tmp_path / name).config
+        assert getattr(config, "is_causal", True) is expected, name
+
+
 def test_generation_unmasks_every_position(bidirectional_model):
     from flashdraft.strategies.mdlm_eval import generate
 

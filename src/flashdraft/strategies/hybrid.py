@@ -28,6 +28,7 @@ from flashdraft.strategies.mdlm import MaskedPrepared, MDLMStrategy
 
 class HybridStrategy(MDLMStrategy):
     name = "hybrid"
+    bidirectional_export = False  # used both ways: the export keeps the model's own attention
 
     def __init__(self, config: Config, model_config, mask_token_id: int):
         super().__init__(config, model_config, mask_token_id)

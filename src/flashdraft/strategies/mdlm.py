@@ -99,6 +99,7 @@ class MaskedPrepared:
 class MDLMStrategy:
     name = "mdlm"
     min_supervised_tokens = 1
+    bidirectional_export = True
 
     def __init__(self, config: Config, model_config, mask_token_id: int):
         self.config = config
@@ -249,6 +250,8 @@ class MDLMStrategy:
             raise RuntimeError(f"export: the trained state has no values for {missing[:5]}")
         model.to(getattr(torch, t.dtype))
         model.config.use_cache = True
+        if self.bidirectional_export:  # so that plain transformers runs it as it was trained (is_causal=False)
+            model.config.is_causal = False
         tokenizer = targets.load_tokenizer(self.config.draft.init_from or t.name_or_path,
                                            trust_remote_code=t.trust_remote_code)
         card = (f"# {path.name}\n\n`{self.name}` fine-tune of `{t.name_or_path}`"
