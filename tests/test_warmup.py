@@ -233,6 +233,14 @@ def test_turns_past_the_context_are_not_generated(tiny_target, tmp_path):
     assert [r["id"] for r in rows] == ["p.jsonl:0", "p.jsonl:2"]
     assert [m["role"] for m in rows[1]["messages"]] == ["user", "assistant"]  # ended before the long turn
     assert result.stats["skipped_too_long"] == 1 and result.stats["samples"] == 2
+    # --max-length lowers the limit below the target's context (e.g. to the training max length)
+    two_turns = tmp_path / "two.jsonl"
+    two_turns.write_text(json.dumps({"messages": [{"role": "user", "content": "short"},
+                                                  {"role": "assistant", "content": "a"},
+                                                  {"role": "user", "content": "more"}]}) + "\n")
+    turns = [len(json.loads(run_warmup(str(tiny_target("qwen3")), str(two_turns), tmp_path / f"cap{cap}",
+                                       max_length=cap, **FAST).dataset.read_text())["turns"]) for cap in (None, 40)]
+    assert turns == [2, 1]
     with pytest.raises(UserError, match="no prompt fits"):
         run_warmup(str(tiny_target("qwen3")), str(prompts), tmp_path / "out2", backend="transformers",
                    max_new_tokens=600)

@@ -62,6 +62,7 @@ def run_warmup(
     *,
     num_samples: int | None = None,
     max_new_tokens: int = 2048,
+    max_length: int | None = None,
     temperature: float | None = None,
     top_p: float | None = None,
     top_k: int | None = None,
@@ -78,15 +79,17 @@ def run_warmup(
     """Materialise + check the target, regenerate the prompts' answers; resumable (module docstring).
 
     `thinking` None leaves the chat template's default; sampling values left None come from the
-    target's generation_config (greedy when it does not sample).
+    target's generation_config (greedy when it does not sample). A conversation ends before the turn
+    whose prompt plus `max_new_tokens` exceeds `max_length` tokens (default: the target's context);
+    set it to the training max length, since tokens past it are never trained on.
     """
     output = Path(output).expanduser().resolve()
     backend = _resolve_backend(backend)
     if format not in FORMATS:
         raise UserError(f"unknown dataset format {format!r}; choose one of {', '.join(FORMATS)}")
     batch_size = batch_size or DEFAULT_BATCH[backend]
-    if batch_size < 1 or (num_samples is not None and num_samples < 1):
-        raise UserError("--batch-size and --num-samples must be positive")
+    if min(batch_size, num_samples or 1, max_length or 1) < 1:
+        raise UserError("--batch-size, --num-samples and --max-length must be positive")
     _check_output_is_ours(output)
     specs = [prompts] if isinstance(prompts, str) else list(prompts)
     rows = load_chat_dataset(specs, split="train", limit=num_samples, seed=seed)
@@ -108,11 +111,14 @@ def run_warmup(
             "no `enable_thinking` switch; leave --thinking out (the template decides) or give a template "
             "that supports it with --chat-template"
         )
+    limits = [n for n in (getattr(config, "max_position_embeddings", None), max_length) if n]
+    context = min(limits) if limits else None
     generation_config = _generation_config(path)
     sampling = regen.target_sampling(generation_config, max_new_tokens, temperature, top_p, top_k)
     settings = {
         "target": {k: materialised.manifest.get(k) for k in ("source", "kind", "revision", "gguf", "files")},
         "prompts": specs, "num_samples": len(rows), "seed": seed, "sampling": asdict(sampling),
+        "max_length": context,
         "thinking": thinking, "batch_size": batch_size, "backend": backend, "format": format,
         "chat_template_sha256": hashlib.sha256(template.encode()).hexdigest(),
     }
@@ -139,7 +145,7 @@ def run_warmup(
             run = regen.regenerate(
                 rows, tokenizer=tokenizer, generator=generator, sampling=sampling, work_dir=work,
                 batch_size=batch_size, seed=seed, thinking=thinking,
-                context=getattr(config, "max_position_embeddings", None),
+                context=context,
             )
             stats = {**regen.assemble(work, dataset, rows["id"], sampling), "run": {**run, "backend": backend}}
         except UserError:
@@ -349,6 +355,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", required=True, type=Path, help="warmup output folder (resumable)")
     parser.add_argument("--num-samples", type=int, help="prompts to answer (default: all of the mixture)")
     parser.add_argument("--max-new-tokens", type=int, default=2048, help="per answer (default 2048)")
+    parser.add_argument("--max-length", type=int,
+                        help="tokens per conversation: it ends before a turn whose prompt + max-new-tokens would "
+                        "exceed this (default: the target's context; use the training max length)")
     parser.add_argument("--temperature", type=float, help="0 = greedy (default: the target's generation_config)")
     parser.add_argument("--top-p", type=float, help="default: the target's generation_config")
     parser.add_argument("--top-k", type=int, help="0 = off (default: the target's generation_config)")
@@ -369,7 +378,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     result = run_warmup(
         args.target, args.prompts, args.output, num_samples=args.num_samples,
-        max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+        max_new_tokens=args.max_new_tokens, max_length=args.max_length, temperature=args.temperature,
+        top_p=args.top_p, top_k=args.top_k,
         thinking=None if args.thinking is None else args.thinking == "on", batch_size=args.batch_size,
         backend=args.backend, seed=args.seed, cache_dir=args.cache_dir, chat_template=args.chat_template,
         revision=args.revision, trust_remote_code=args.trust_remote_code, format=args.format,

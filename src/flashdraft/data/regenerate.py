@@ -188,8 +188,8 @@ class Renderer:
 
 
 def _answer_batch(rows: list[dict], render: Renderer, decode: Callable, generator, sampling: Sampling,
-                  seed: int, context: int | None) -> tuple[list[dict], int]:
-    """Regenerate every turn of a batch of conversations; returns the output rows and tokens generated.
+                  seed: int, context: int | None, on_tokens: Callable[[int], None]) -> list[dict]:
+    """Regenerate every turn of a batch of conversations; `on_tokens` hears of each round's new tokens.
 
     A turn whose prompt plus `max_new_tokens` exceeds the target's `context` is not generated: its
     conversation ends at the turn before, or is marked skipped when that was the first turn.
@@ -198,7 +198,6 @@ def _answer_batch(rows: list[dict], render: Renderer, decode: Callable, generato
     histories: list[list[dict]] = [[] for _ in rows]
     turns: list[list[dict]] = [[] for _ in rows]
     ended = [False] * len(rows)
-    generated = 0
     for round_ in range(max(len(g) for g in groups)):
         active, prompts = [], []
         for i, group in enumerate(groups):
@@ -214,11 +213,12 @@ def _answer_batch(rows: list[dict], render: Renderer, decode: Callable, generato
         if not active:
             break
         seeds = [seed * 1_000_003 + i * 1_009 + round_ for i in active]
-        for i, prompt, completion in zip(active, prompts, generator.generate(prompts, sampling, seeds)):
+        completions = generator.generate(prompts, sampling, seeds)
+        for i, prompt, completion in zip(active, prompts, completions):
             histories[i].append({"role": "assistant", "content": decode(completion.token_ids)})
             turns[i].append({"finish_reason": completion.finish_reason, "prompt_tokens": len(prompt),
                              "completion_tokens": len(completion.token_ids)})
-            generated += len(completion.token_ids)
+        on_tokens(sum(len(c.token_ids) for c in completions))
     out = []
     for row, history, row_turns in zip(rows, histories, turns):
         if not row_turns:
@@ -233,7 +233,7 @@ def _answer_batch(rows: list[dict], render: Renderer, decode: Callable, generato
             "completion_tokens": sum(t["completion_tokens"] for t in row_turns),
             "turns": row_turns,
         })
-    return out, generated
+    return out
 
 
 def read_completed(work: Path) -> dict[int, int]:
@@ -293,18 +293,21 @@ def regenerate(
         open(work_dir / COMPLETED_NAME, "a", encoding="utf-8") as log_file,
         tqdm(total=len(prompts), initial=resumed, desc="regenerate", unit="sample") as bar,
     ):
+        def on_tokens(count: int) -> None:  # after every turn round, so long conversations show progress
+            nonlocal generated
+            generated += count
+            bar.set_postfix(tok_s=f"{generated / (time.perf_counter() - started):.1f}")
+
         for batch in range(n_batches):
             if batch in done:
                 continue
             rows = [prompts[i] for i in range(batch * batch_size, min((batch + 1) * batch_size, len(prompts)))]
-            answered, tokens = _answer_batch(rows, render, decode, generator, sampling, seed * 100_003 + batch,
-                                             context)
+            answered = _answer_batch(rows, render, decode, generator, sampling, seed * 100_003 + batch,
+                                     context, on_tokens)
             log_file.write(json.dumps({"batch": batch, "rows": answered}, ensure_ascii=False) + "\n")
             log_file.flush()
             os.fsync(log_file.fileno())
-            generated += tokens
             bar.update(len(rows))
-            bar.set_postfix(tok_s=f"{generated / (time.perf_counter() - started):.1f}")
     seconds = time.perf_counter() - started
     return {"resumed_samples": resumed, "generated_tokens": generated, "seconds": round(seconds, 3),
             "tokens_per_second": round(generated / seconds, 2) if seconds > 0 and generated else None}
