@@ -22,6 +22,7 @@ from torch import nn
 from transformers.cache_utils import Cache, LinearAttentionCacheLayerMixin
 
 from flashdraft.errors import UserError
+from flashdraft.spec.cache_kwarg import cache_kwarg
 from flashdraft.spec.graphs import StepGraphs
 from flashdraft.target import decoder_layers
 
@@ -43,18 +44,24 @@ class RecurrentStates:
     def __init__(self, model: nn.Module, cache: Cache):
         self.cache = cache
         layers = decoder_layers(model)
-        self.layer_ids = [
-            i for i, layer in enumerate(cache.layers) if isinstance(layer, LinearAttentionCacheLayerMixin)
-        ]
         self.mixers: dict[int, nn.Module] = {}
-        for i in self.layer_ids:
+        self._cache_kwargs: dict[int, str] = {}
+        for i, cache_layer in enumerate(cache.layers):
+            if not isinstance(cache_layer, LinearAttentionCacheLayerMixin):
+                continue
             mixer = _mixer(layers[i])
             if mixer is None:
                 raise UserError(
                     f"layer {i} of {type(model).__name__} keeps a recurrent state but has no recognised mixer "
                     f"({', '.join(_MIXER_ATTRIBUTES)}); speculative decoding of this hybrid needs state rollback"
                 )
-            self.mixers[i] = mixer
+            name = cache_kwarg(mixer)
+            # A mixer that takes no cache keeps no state: before 5.2x transformers gives MoE and MLP layers
+            # an empty linear-attention cache layer as a placeholder.
+            if name is not None:
+                self.mixers[i] = mixer
+                self._cache_kwargs[i] = name
+        self.layer_ids = list(self.mixers)
         self._committed: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._inputs: dict[int, torch.Tensor] = {}
 
@@ -111,8 +118,8 @@ class RecurrentStates:
         Idempotent (it starts from the committed copy), so it can be replayed as a CUDA graph.
         """
         self.restore()
-        for mixer, prefix in zip(self.mixers.values(), prefixes):
-            mixer(prefix, cache=self.cache)
+        for (i, mixer), prefix in zip(self.mixers.items(), prefixes):
+            mixer(prefix, **{self._cache_kwargs[i]: self.cache})
 
     def commit(self, kept: int, forwarded: int, graphs: StepGraphs | None = None) -> None:
         """Keep the state after the first `kept` of the `forwarded` tokens of the last recorded forward."""

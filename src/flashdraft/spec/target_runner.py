@@ -16,6 +16,7 @@ from torch import nn
 from transformers import StaticCache
 
 from flashdraft.errors import UserError
+from flashdraft.spec.cache_kwarg import cache_kwarg
 from flashdraft.spec.graphs import StepGraphs
 from flashdraft.spec.hybrid_cache import RecurrentStates
 from flashdraft.target import capture_layer_outputs, concat_taps
@@ -41,6 +42,13 @@ class TargetRunner:
             )
         self._attention = [layer for layer in self.cache.layers if hasattr(layer, "cumulative_length")]
         self.recurrent = RecurrentStates.find(model, self.cache)
+        name = cache_kwarg(model)
+        if name is None:
+            raise UserError(
+                f"{type(model).__name__}.forward takes no cache argument, so speculative decoding cannot keep its "
+                "state; evaluate a transformers causal LM"
+            )
+        self._cache_kwargs = {name: self.cache}
         self._key_positions = torch.arange(max_len, device=self.device)
 
     def _mask(self, positions: torch.Tensor) -> torch.Tensor:
@@ -70,8 +78,8 @@ class TargetRunner:
                 input_ids=ids,
                 position_ids=positions[None],
                 attention_mask=self._mask(positions),
-                cache=self.cache,
                 use_cache=True,
+                **self._cache_kwargs,
                 logits_to_keep=logits_to_keep,
             )
         features = concat_taps(taps, self.tap_ids) if self.tap_ids else None
