@@ -46,12 +46,14 @@ PROFILES = {
     "local": {
         "target": "packaged:smollm2",
         "recipe": "smollm2_135m_dflash",
-        "prompts": ["packaged:reasoning_gym@0.5", "packaged:chitchat@0.5"],
+        # single-turn prompts: one generate call each (chat conversations regenerate turn by turn)
+        "prompts": ["packaged:reasoning_gym"],
         "warmup_num_samples": 16,
         "warmup_max_new_tokens": 48,
         "max_length": 256,
         "num_anchors": 8,
-        "train_overrides": ["train.max_steps=6", "train.checkpoint_every=3", "train.log_every=1"],
+        "train_overrides": ["train.max_steps=6", "train.epochs=2", "train.checkpoint_every=3", "train.log_every=1",
+                            "data.eval_samples=4"],
         "gpus": 2,
         "launcher": "local",
         "benchmarks": "gsm8k,chat",

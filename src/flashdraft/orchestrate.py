@@ -186,6 +186,13 @@ def submit(
         )
 
 
+def _number(value: Any) -> str:
+    try:
+        return f"{float(value):.3f}"
+    except (TypeError, ValueError):
+        return "?"
+
+
 def ui_hint(tracking_uri: str) -> str:
     if tracking_uri.startswith(("http://", "https://")):
         return f"open {tracking_uri} in a browser"
@@ -259,8 +266,8 @@ def run(args: argparse.Namespace) -> int:
     lines = [
         "",
         f"pipeline {summary.get('state', '?')}: MLflow run {summary.get('run_id', '?')}",
-        f"  {summary.get('primary_benchmark', 'primary')} tau {summary.get('tau', '?')}, "
-        f"speedup {summary.get('speedup', '?')}",
+        f"  {summary.get('primary_benchmark', 'primary')} tau {_number(summary.get('tau'))}, "
+        f"speedup {_number(summary.get('speedup'))}x",
         f"  registered {summary.get('model_name', '?')} version {summary.get('model_version', '?')} "
         f"-> @{summary.get('alias', '?')} ({summary.get('decision', '')})",
         f"  MLflow UI: {ui_hint(uri)}",
