@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from transformers.utils.deprecation import deprecate_kwarg
 
+from flashdraft.errors import UserError
 from flashdraft.spec.cache_kwarg import cache_kwarg
 from flashdraft.spec.decoding import speculative_generate
 from flashdraft.spec.hybrid_cache import RecurrentStates
@@ -46,14 +47,38 @@ class _OldMixer(nn.Module):
 
 
 class _NoCache(nn.Module):
-    def forward(self, hidden_states, **kwargs):
+    # Like an MoE or MLP "mixer": no way to pass it a cache, so it keeps no state.
+    def forward(self, hidden_states):
         return hidden_states
+
+
+class _Hidden(nn.Module):
+    # Like transformers 5.15/5.16's Mamba mixers, whose decorator hides the signature.
+    def forward(self, *args, **kwargs):
+        return None
 
 
 @pytest.mark.parametrize("module,name", [(_Renamed(), "cache"), (_Old(), "past_key_values"),
                                          (_OldMixer(), "cache_params"), (_NoCache(), None)])
 def test_cache_kwarg_reads_the_signature(module, name):
     assert cache_kwarg(module) == name
+
+
+def test_a_hidden_cache_name_is_refused_not_guessed():
+    with pytest.raises(UserError, match=r'pip install -U "transformers>=5.24"'):
+        cache_kwarg(_Hidden())
+
+
+def test_hybrid_whose_mixers_hide_their_signature_is_refused():
+    """On transformers 5.15/5.16 the Mamba rollback cannot know how to pass the cache: a clear error, not a
+    silently lossy decode (skipping the mixers would leave their states unrolled)."""
+    target = make_target("nemotron_h")
+    for layer in decoder_layers(target):
+        if type(layer.mixer).__name__.endswith("Mixer"):
+            current = type(layer.mixer).forward.__get__(layer.mixer)
+            layer.mixer.forward = lambda *args, _f=current, **kwargs: _f(*args, **kwargs)
+    with pytest.raises(UserError, match=r"NemotronHMamba2Mixer.*transformers>=5.24"):
+        TargetRunner(target, [1, 2, 4], 32)
 
 
 def _legacy_model_forward(target, seen: list):

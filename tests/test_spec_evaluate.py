@@ -154,3 +154,25 @@ def test_packaged_benchmarks_load_offline():
     assert len(humaneval.prompts) == 164 and "def has_close_elements" in humaneval.prompts[0][0]["content"]
     assert len(chat.prompts) > 100 and all(p[-1]["role"] == "user" for p in chat.prompts)
     assert len(load_benchmark("gsm8k", 5).prompts) == 5
+
+
+def test_hybrid_on_transformers_that_hides_the_mixer_cache_is_refused_before_loading(
+    tiny_target, drafts, tmp_path, monkeypatch
+):
+    """transformers 5.15/5.16 hide the Mamba mixers' signature; simulated here by the same kind of wrapper."""
+    from transformers.models.nemotron_h import modeling_nemotron_h
+
+    import flashdraft.spec.evaluate as evaluate_module
+
+    mixer = modeling_nemotron_h.NemotronHMamba2Mixer
+    original = mixer.forward
+    monkeypatch.setattr(mixer, "forward", lambda self, *args, **kwargs: original(self, *args, **kwargs))
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("weights were loaded before the refusal")
+
+    monkeypatch.setattr(evaluate_module.FrozenTarget, "load", no_loading)
+    with pytest.raises(UserError, match=r'NemotronHMamba2Mixer.*pip install -U "transformers>=5.24"'):
+        evaluate(draft=drafts("nemotron_h"), target=str(tiny_target("nemotron_h")), benches=["gsm8k"],
+                 output=tmp_path / "r.json")
+    assert not (tmp_path / "r.json").exists()

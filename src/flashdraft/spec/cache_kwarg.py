@@ -12,11 +12,21 @@ import inspect
 
 from torch import nn
 
+from flashdraft.errors import UserError
+
 # Newest first: a forward that still accepts an old name through a deprecation wrapper exposes the new one.
 CACHE_KWARGS = ("cache", "past_key_values", "cache_params")
 
 
 def cache_kwarg(module: nn.Module) -> str | None:
-    """The name of the cache parameter of `module.forward`, None if it takes no cache."""
+    """The name of the cache parameter of `module.forward`; None if the forward cannot take a cache."""
     parameters = inspect.signature(module.forward).parameters
-    return next((name for name in CACHE_KWARGS if name in parameters), None)
+    name = next((name for name in CACHE_KWARGS if name in parameters), None)
+    if name is None and any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        # transformers 5.15 and 5.16 wrap the Mamba mixers' forward in a decorator that hides its signature.
+        raise UserError(
+            f"cannot tell under which name {type(module).__name__}.forward takes its cache: its signature is "
+            "hidden by a wrapper (transformers < 5.17 does this to Mamba mixers); speculative decoding of "
+            'this target needs a newer transformers: pip install -U "transformers>=5.24"'
+        )
+    return name

@@ -27,7 +27,7 @@ from flashdraft.spec.prompt_lookup import prompt_lookup
 from flashdraft.spec.proposers import DraftProposer
 from flashdraft.spec.report import plot, write_json
 from flashdraft.spec.sampling import SamplingParams
-from flashdraft.spec.target_runner import TargetRunner
+from flashdraft.spec.target_runner import TargetRunner, check_target
 from flashdraft.target import FrozenTarget, check_draft_fits, load_config, load_tokenizer, resolve_source
 from flashdraft.tracking import step_run
 
@@ -136,7 +136,9 @@ def evaluate(
     # Everything that can be wrong with the inputs is checked before any weights are loaded.
     draft_config = load_draft_config(draft)
     source = resolve_source(target)
-    check_draft_fits(draft_config, load_config(source))
+    target_config = load_config(source)
+    check_draft_fits(draft_config, target_config)
+    check_target(target_config)
     block = block_size or draft_config.block_size
     if block < 2:
         raise UserError(f"block size must be >= 2 (anchor + at least one draft), got {block}")

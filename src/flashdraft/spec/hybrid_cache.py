@@ -56,8 +56,8 @@ class RecurrentStates:
                     f"({', '.join(_MIXER_ATTRIBUTES)}); speculative decoding of this hybrid needs state rollback"
                 )
             name = cache_kwarg(mixer)
-            # A mixer that takes no cache keeps no state: before 5.2x transformers gives MoE and MLP layers
-            # an empty linear-attention cache layer as a placeholder.
+            # A mixer that cannot take a cache keeps no state: transformers 5.17 and older give MoE and MLP
+            # layers an empty linear-attention cache layer as a placeholder.
             if name is not None:
                 self.mixers[i] = mixer
                 self._cache_kwargs[i] = name

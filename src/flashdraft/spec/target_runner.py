@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
-from transformers import StaticCache
+from transformers import AutoModelForCausalLM, PreTrainedConfig, StaticCache
 
 from flashdraft.errors import UserError
 from flashdraft.spec.cache_kwarg import cache_kwarg
@@ -116,3 +116,11 @@ class TargetRunner:
         """
         if self.recurrent is not None:
             self.recurrent.commit(kept, forwarded, graphs)
+
+
+def check_target(config: PreTrainedConfig) -> None:
+    """Refuse a target that the loop cannot run before any weights load: build it without weights (on
+    the meta device) and set up a runner for it, which makes every check the real one will."""
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    TargetRunner(skeleton, [], 1)
