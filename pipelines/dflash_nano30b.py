@@ -60,7 +60,6 @@ PROFILES = {
         "eval_num_prompts": 2,
         "eval_max_new_tokens": 24,
         "model_name": "dflash-smollm2-135m",
-        "min_lossless": 1.0,
     },
 }
 
