@@ -53,7 +53,7 @@ class _NoCache(nn.Module):
 
 
 class _Hidden(nn.Module):
-    # Like transformers 5.15/5.16's Mamba mixers, whose decorator hides the signature.
+    # Like transformers 5.15's Mamba mixers, whose decorator hides the signature.
     def forward(self, *args, **kwargs):
         return None
 
@@ -70,7 +70,7 @@ def test_a_hidden_cache_name_is_refused_not_guessed():
 
 
 def test_hybrid_whose_mixers_hide_their_signature_is_refused():
-    """On transformers 5.15/5.16 the Mamba rollback cannot know how to pass the cache: a clear error, not a
+    """On transformers 5.15 the Mamba rollback cannot know how to pass the cache: a clear error, not a
     silently lossy decode (skipping the mixers would leave their states unrolled)."""
     target = make_target("nemotron_h")
     for layer in decoder_layers(target):

@@ -159,7 +159,7 @@ def test_packaged_benchmarks_load_offline():
 def test_hybrid_on_transformers_that_hides_the_mixer_cache_is_refused_before_loading(
     tiny_target, drafts, tmp_path, monkeypatch
 ):
-    """transformers 5.15/5.16 hide the Mamba mixers' signature; simulated here by the same kind of wrapper."""
+    """transformers 5.15 hides the Mamba mixers' signature; simulated here by the same kind of wrapper."""
     from transformers.models.nemotron_h import modeling_nemotron_h
 
     import flashdraft.spec.evaluate as evaluate_module

@@ -23,10 +23,10 @@ def cache_kwarg(module: nn.Module) -> str | None:
     parameters = inspect.signature(module.forward).parameters
     name = next((name for name in CACHE_KWARGS if name in parameters), None)
     if name is None and any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        # transformers 5.15 and 5.16 wrap the Mamba mixers' forward in a decorator that hides its signature.
+        # transformers 5.15 wraps the Mamba mixers' forward in a decorator that hides its signature.
         raise UserError(
             f"cannot tell under which name {type(module).__name__}.forward takes its cache: its signature is "
-            "hidden by a wrapper (transformers < 5.17 does this to Mamba mixers); speculative decoding of "
-            'this target needs a newer transformers: pip install -U "transformers>=5.24"'
+            "hidden by a wrapper (transformers 5.15 does this to Mamba mixers; 5.16 and later do not), so "
+            'speculative decoding of this target needs a newer transformers: pip install -U "transformers>=5.24"'
         )
     return name
