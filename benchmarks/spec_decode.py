@@ -58,8 +58,10 @@ def build(shape: str, dtype: torch.dtype, device: torch.device, seed: int):
     spec = SHAPES[shape]
     torch.manual_seed(seed)
     target_config = Qwen3Config(**spec["target"])
-    target = AutoModelForCausalLM.from_config(target_config, dtype=dtype, attn_implementation="sdpa")
-    target = target.to(device).eval().requires_grad_(False)
+    # Initialised on the device: random init of an 8B model on the CPU takes minutes.
+    with torch.device(device):
+        target = AutoModelForCausalLM.from_config(target_config, dtype=dtype, attn_implementation="sdpa")
+    target = target.eval().requires_grad_(False)
     t, d = spec["target"], spec["draft"]
     draft_config = DFlashDraftConfig(
         hidden_size=t["hidden_size"], vocab_size=t["vocab_size"], num_hidden_layers=d["num_hidden_layers"],
@@ -71,14 +73,16 @@ def build(shape: str, dtype: torch.dtype, device: torch.device, seed: int):
         dflash_config={"mask_token_id": d["mask_token_id"], "target_layer_ids": d["target_layer_ids"],
                        "block_size": d["block_size"]},
     )
-    draft = DFlashDraftModel(draft_config).to(device=device, dtype=dtype).eval().requires_grad_(False)
+    with torch.device(device):
+        draft = DFlashDraftModel(draft_config).to(dtype=dtype).eval().requires_grad_(False)
     return target, draft
 
 
 def zlab_draft(draft: DFlashDraftModel):
     from dflash.model import DFlashDraftModel as ZLabDraft
 
-    ref = ZLabDraft(draft.config).to(device=draft.device, dtype=draft.dtype).eval().requires_grad_(False)
+    with torch.device(draft.device):
+        ref = ZLabDraft(draft.config).to(dtype=draft.dtype).eval().requires_grad_(False)
     ref.load_state_dict(draft.state_dict(), strict=True)
     return ref
 
