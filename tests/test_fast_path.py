@@ -32,3 +32,15 @@ def test_pure_attention_target_is_unaffected_by_the_requirement(tiny_target):
 
 def test_nemotron_recipe_requires_the_fast_path():
     assert load_config("nemotron_nano30b_dflash").target.require_fast_path is True
+
+
+@pytest.mark.skipif(not mamba_kernel_errors(), reason="the Mamba-2 kernels import here; nothing to refuse")
+def test_training_refuses_before_reading_data_or_weights(tmp_path, capsys):
+    from flashdraft.cli import main
+
+    tiny_config("nemotron_h").save_pretrained(tmp_path / "target")  # config and tokenizer, no weights
+    tiny_tokenizer().save_pretrained(tmp_path / "target")
+    code = main(["train", f"target.name_or_path={tmp_path / 'target'}", "target.require_fast_path=true",
+                 f"data.train={tmp_path / 'missing.jsonl'}", f"train.output_dir={tmp_path / 'run'}"])
+    assert code == 2
+    assert "requires the Mamba-2 fast path" in capsys.readouterr().err  # not the missing data file

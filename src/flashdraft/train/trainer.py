@@ -51,6 +51,9 @@ class Trainer:
         train, t = config.train, config.target
 
         target_config = targets.load_config(t.name_or_path, trust_remote_code=t.trust_remote_code)
+        if t.require_fast_path:  # before the data and the weights: no silent 10x slower run
+            targets.require_fast_path(target_config)
+        self.fast_path = targets.fast_path_status(target_config)
         tokenizer = targets.load_tokenizer(t.name_or_path, trust_remote_code=t.trust_remote_code)
         self.strategy = get_strategy(config.strategy.name).plan(config, target_config, tokenizer)
         train_set, eval_set = prepare_datasets(
@@ -149,6 +152,7 @@ class Trainer:
                 (self.out / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
                 run.log_params(resolved)
                 run.log_dict(resolved, "config.json")
+                run.set_tags({"target.hybrid": self.fast_path["hybrid"], "target.fast_path": self.fast_path["fast_path"]})
             metrics = MetricsLog(self.out / "metrics.jsonl", run, dist.is_main)
             state = self.checkpointer.load_latest(self.model, self.optimizer)
             start = 0
@@ -222,7 +226,8 @@ class Trainer:
             if run_time:
                 summary["tokens_per_s"] = run_tokens / run_time
             summary.update(final_eval)
-            summary.update(peak_memory_gb=peak_memory_gb(dist.device), export=str(export), config=resolved)
+            summary.update(peak_memory_gb=peak_memory_gb(dist.device), target_fast_path=self.fast_path,
+                           export=str(export), config=resolved)
             if dist.is_main:
                 write_json_atomically(self.out / "summary.json", summary)
                 run.log_metrics({f"final_{k}": v for k, v in summary.items()
