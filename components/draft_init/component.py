@@ -20,11 +20,9 @@ def draft_init(
         recipe: recipe name or YAML whose `draft` section shapes the draft (empty: shapes from the target).
         workspace: the run's shared volume (`dsl.WORKSPACE_PATH_PLACEHOLDER`); the target cache lives there.
     """
-    import os
+    from flashdraft.tracking import use_step_environment
 
-    if workspace:  # the target cache on the run's shared volume: downloaded once, read by every step
-        os.environ["FLASHDRAFT_CACHE"] = os.path.join(workspace, "cache")
-        os.environ["HF_HOME"] = os.path.join(workspace, "cache", "hf")
+    use_step_environment(workspace=workspace)
     from flashdraft.cli import main
 
     argv = ["draft-init", "--target", target, "--output", draft.path]

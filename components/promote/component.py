@@ -39,10 +39,9 @@ def promote(
     import tempfile
     from collections import namedtuple
 
-    for name, value in (("MLFLOW_TRACKING_URI", mlflow_tracking_uri), ("MLFLOW_EXPERIMENT_NAME", mlflow_experiment),
-                        ("FLASHDRAFT_PARENT_RUN_ID", parent_run_id)):
-        if value:
-            os.environ[name] = value
+    from flashdraft.tracking import use_step_environment
+
+    use_step_environment(mlflow_tracking_uri, mlflow_experiment, parent_run_id)
     from flashdraft.cli import main
 
     out = os.path.join(tempfile.mkdtemp(), "decision.json")

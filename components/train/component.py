@@ -52,13 +52,9 @@ def train(
     import os
     import shutil
 
-    for name, value in (("MLFLOW_TRACKING_URI", mlflow_tracking_uri), ("MLFLOW_EXPERIMENT_NAME", mlflow_experiment),
-                        ("FLASHDRAFT_PARENT_RUN_ID", parent_run_id)):
-        if value:
-            os.environ[name] = value
-    if workspace:  # the target cache on the run's shared volume: downloaded once, read by every step
-        os.environ["FLASHDRAFT_CACHE"] = os.path.join(workspace, "cache")
-        os.environ["HF_HOME"] = os.path.join(workspace, "cache", "hf")
+    from flashdraft.tracking import use_step_environment
+
+    use_step_environment(mlflow_tracking_uri, mlflow_experiment, parent_run_id, workspace)
     from flashdraft.train_launch import run_training
 
     settings = [f"data.max_length={max_length}"] if max_length else []

@@ -21,6 +21,26 @@ PARENT_RUN_ENV = "FLASHDRAFT_PARENT_RUN_ID"
 DEFAULT_EXPERIMENT = "flashdraft"
 
 
+def use_step_environment(
+    tracking_uri: str = "", experiment: str = "", parent_run_id: str = "", workspace: str = ""
+) -> None:
+    """Point this process at a pipeline step's MLflow run and target cache; empty arguments change nothing.
+
+    Component bodies call this before importing anything that reads the environment at import time
+    (huggingface_hub reads `HF_HOME` then).
+    """
+    for name, value in (
+        ("MLFLOW_TRACKING_URI", tracking_uri),
+        ("MLFLOW_EXPERIMENT_NAME", experiment),
+        (PARENT_RUN_ENV, parent_run_id),
+    ):
+        if value:
+            os.environ[name] = value
+    if workspace:  # the target cache on the run's shared volume: downloaded once, read by every step
+        os.environ["FLASHDRAFT_CACHE"] = os.path.join(workspace, "cache")
+        os.environ["HF_HOME"] = os.path.join(workspace, "cache", "hf")
+
+
 def tracking_enabled(tracking_uri: str | None = None) -> bool:
     return bool(tracking_uri or os.environ.get("MLFLOW_TRACKING_URI"))
 
