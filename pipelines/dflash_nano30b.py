@@ -160,7 +160,7 @@ def dflash_nano30b(
                         parent_run_id=run_start.output)
         workspace = dsl.WORKSPACE_PATH_PLACEHOLDER
 
-        init = draft_init(target=target, recipe=recipe, workspace=workspace)
+        init = draft_init(target=target, recipe=recipe, workspace=workspace, **tracking)
         _with_secrets(init, hf_token_secret, mlflow_secret)
 
         warmup = target_warmup(

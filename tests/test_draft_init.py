@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 from transformers import NemotronHConfig, ViTConfig
@@ -69,6 +70,37 @@ def test_output_is_replaced_atomically(capsys, tiny_target, tmp_path):
     card = (out / "README.md").read_text()
     assert "mask token id | 260" in card and "target layer ids | [3]" in card
 
+
+
+def test_the_command_logs_a_draft_init_run_nested_under_the_pipeline_run(capsys, tiny_target, tmp_path,
+                                                                          monkeypatch):
+    pytest.importorskip("mlflow")
+    from mlflow import MlflowClient
+
+    from flashdraft.tracking import PARENT_RUN_ENV, start_pipeline_run
+
+    monkeypatch.chdir(tmp_path)  # the sqlite store keeps its artifacts in ./mlruns
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "e")
+    parent = start_pipeline_run("key", name="pipeline")
+    monkeypatch.setenv(PARENT_RUN_ENV, parent)
+    out = tmp_path / "d"
+    assert _init(capsys, tiny_target("qwen3"), out, "--num-layers", "1")[0] == 0
+    assert _init(capsys, tiny_target("qwen3"), tmp_path / "bad", "--block-size", "1")[0] == 2
+
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("e").experiment_id],
+                              filter_string=f"tags.`mlflow.parentRunId` = '{parent}'")
+    assert sorted((r.data.tags["flashdraft.step"], r.info.status) for r in runs) == [
+        ("draft-init", "FAILED"), ("draft-init", "FINISHED")]
+    (finished,) = [r for r in runs if r.info.status == "FINISHED"]
+    params = finished.data.params
+    assert params["target"] == str(tiny_target("qwen3")) and params["seed"] == "0"
+    assert params["draft.num_hidden_layers"] == "1" and params["draft.dflash_config.target_layer_ids"] == "[3]"
+    assert params["draft.dflash_config.mask_token_id"] == "260"
+    card = Path(client.download_artifacts(finished.info.run_id, "README.md", str(tmp_path)))
+    assert card.read_text() == (out / "README.md").read_text()
 
 def test_nemotron_recipe_reproduces_the_reference_config(tmp_path):
     """Reference section 6, from a stand-in target config (52 layers, hidden 2688); no download."""

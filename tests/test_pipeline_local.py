@@ -168,7 +168,7 @@ def test_the_local_dag_trains_evaluates_registers_and_promotes(in_tmp, mlflow_se
     children = client.search_runs([parent.info.experiment_id],
                                   filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
     steps = {run.data.tags.get("flashdraft.step") for run in children}
-    assert {"warmup", "train", "evaluate", "promote"} <= steps
+    assert {"draft-init", "warmup", "train", "evaluate", "promote"} <= steps
     assert all(run.info.status == "FINISHED" for run in children)
 
     # The closing summary the user sees.

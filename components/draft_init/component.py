@@ -11,6 +11,9 @@ def draft_init(
     draft: dsl.Output[dsl.Model],
     recipe: str = "",
     workspace: str = "",
+    mlflow_tracking_uri: str = "",
+    mlflow_experiment: str = "flashdraft",
+    parent_run_id: str = "",
 ):
     """Write a fresh draft (HF folder, z-lab DFlash format) shaped for `target`; reads only its config and tokenizer.
 
@@ -22,7 +25,7 @@ def draft_init(
     """
     from flashdraft.tracking import use_step_environment
 
-    use_step_environment(workspace=workspace)
+    use_step_environment(mlflow_tracking_uri, mlflow_experiment, parent_run_id, workspace)
     from flashdraft.cli import main
 
     argv = ["draft-init", "--target", target, "--output", draft.path]

@@ -20,6 +20,7 @@ from flashdraft.model.config import DFlashDraftConfig, default_target_layer_ids
 from flashdraft.model.mask_token import resolve_mask_token
 from flashdraft.model.modeling import DFlashDraftModel
 from flashdraft import target as targets
+from flashdraft.tracking import step_run
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +170,11 @@ def run(args: argparse.Namespace) -> int:
     }
     fields = {**vars(draft), **{k: v for k, v in given.items() if v is not None}}
     draft = from_dict(DraftConfig, fields, "draft")
-    init_draft(args.target, args.output, draft, recipe=args.recipe, trust_remote_code=args.trust_remote_code)
+    with step_run("draft-init") as tracked:
+        model = init_draft(args.target, args.output, draft, recipe=args.recipe,
+                           trust_remote_code=args.trust_remote_code)
+        tracked.log_params({"target": args.target, "recipe": args.recipe or "", "seed": draft.seed,
+                            "draft": model.config.to_diff_dict()})
+        tracked.log_artifact(args.output / "README.md")
     print(f"draft written to {args.output}")
     return 0
