@@ -44,15 +44,6 @@ def _sync(device: torch.device) -> float:
     return time.perf_counter()
 
 
-def _check(max_new_tokens: int) -> None:
-    if max_new_tokens <= 0:
-        raise UserError(f"max-new-tokens must be > 0, got {max_new_tokens}")
-
-
-def _first_token(logits: torch.Tensor, params: SamplingParams, generator) -> torch.Tensor:
-    return choose(logits, params, generator)[0].view(1)
-
-
 def _finish(tokens: list[int], new: list[int], max_new_tokens: int, stop_ids: Collection[int]) -> bool:
     """Append `new` up to the budget or the first stop token (kept); True when decoding is over."""
     for token in new:
@@ -61,6 +52,30 @@ def _finish(tokens: list[int], new: list[int], max_new_tokens: int, stop_ids: Co
             return True
     return False
 
+
+
+def _prefill(
+    runner: TargetRunner,
+    prompt_ids: torch.Tensor,
+    max_new_tokens: int,
+    params: SamplingParams,
+    stop_ids: Collection[int],
+    generator: torch.Generator | None,
+) -> tuple[torch.Tensor, torch.Tensor, Generation, bool, float]:
+    """The opening both loops share: prefill the prompt (timed) and choose the first new token.
+
+    Returns that token [1], the prefill's context features, the generation so far (prefill time set),
+    whether decoding is already over, and the clock at the prefill's end (where decode time starts).
+    """
+    if max_new_tokens <= 0:
+        raise UserError(f"max-new-tokens must be > 0, got {max_new_tokens}")
+    t0 = _sync(runner.device)
+    logits, context = runner.prefill(prompt_ids)
+    first = choose(logits, params, generator)[0].view(1)
+    tokens: list[int] = []
+    done = _finish(tokens, [int(first)], max_new_tokens, stop_ids)
+    t1 = _sync(runner.device)
+    return first, context, Generation(tokens, prefill_s=t1 - t0, decode_s=0.0), done, t1
 
 @torch.no_grad()
 def autoregressive_generate(
@@ -74,15 +89,9 @@ def autoregressive_generate(
     graphs: StepGraphs | None = None,
 ) -> Generation:
     """Plain decoding of the target: one token per forward."""
-    _check(max_new_tokens)
     device = runner.device
     graphs = graphs or StepGraphs(enabled=False)
-    t0 = _sync(device)
-    logits, _ = runner.prefill(prompt_ids)
-    token = _first_token(logits, params, generator)
-    tokens: list[int] = []
-    done = _finish(tokens, [int(token)], max_new_tokens, stop_ids)
-    t1 = _sync(device)
+    token, _, result, done, t1 = _prefill(runner, prompt_ids, max_new_tokens, params, stop_ids, generator)
     start = prompt_ids.shape[1]
     position = torch.tensor(start, device=device)
     while not done:
@@ -91,8 +100,9 @@ def autoregressive_generate(
         token = choose(logits[0, -1], params, generator)[0]
         runner.commit(1, 1, graphs)
         start += 1
-        done = _finish(tokens, [int(token)], max_new_tokens, stop_ids)
-    return Generation(tokens, prefill_s=t1 - t0, decode_s=_sync(device) - t1)
+        done = _finish(result.tokens, [int(token)], max_new_tokens, stop_ids)
+    result.decode_s = _sync(device) - t1
+    return result
 
 
 @torch.no_grad()
@@ -108,18 +118,12 @@ def speculative_generate(
     graphs: StepGraphs | None = None,
 ) -> Generation:
     """Speculative decoding: per step one draft forward proposes B-1 tokens, one target forward verifies."""
-    _check(max_new_tokens)
     device = runner.device
     graphs = graphs or StepGraphs(enabled=False)
     block = proposer.block_size
-    t0 = _sync(device)
-    logits, context = runner.prefill(prompt_ids)
-    anchor = _first_token(logits, params, generator)
-    tokens: list[int] = []
-    done = _finish(tokens, [int(anchor)], max_new_tokens, stop_ids)
-    t1 = _sync(device)
+    anchor, context, result, done, t1 = _prefill(runner, prompt_ids, max_new_tokens, params, stop_ids, generator)
+    tokens = result.tokens
     proposer.reset(runner.max_len)
-    result = Generation(tokens, prefill_s=t1 - t0, decode_s=0.0)
     start = prompt_ids.shape[1]
     position = torch.tensor(start, device=device)
     valid = torch.tensor(start, device=device)
