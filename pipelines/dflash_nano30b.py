@@ -22,20 +22,18 @@ from pathlib import Path
 
 from kfp import dsl, kubernetes
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root holds `components`
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root holds `components`, `pipelines`
 
 from components.draft_init.component import draft_init  # noqa: E402
 from components.evaluate.component import evaluate  # noqa: E402
-from components.mlflow_run_end.component import mlflow_run_end  # noqa: E402
-from components.mlflow_run_start.component import mlflow_run_start  # noqa: E402
 from components.promote.component import promote  # noqa: E402
 from components.target_warmup.component import target_warmup  # noqa: E402
 from components.images import TRAINER_IMAGE  # noqa: E402
 from components.train.component import train  # noqa: E402
+from pipelines.wiring import GPU, on_gpu_nodes, under_mlflow_parent_run, with_secrets  # noqa: E402
 
 TARGET = "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"
 DATA = "nvidia/Nemotron-Post-Training-Dataset-v2"
-GPU = "nvidia.com/gpu"
 WORKSPACE_SIZE = os.environ.get("FLASHDRAFT_WORKSPACE_SIZE", "300Gi")
 STORAGE_CLASS = os.environ.get("FLASHDRAFT_STORAGE_CLASS", "")
 
@@ -62,27 +60,6 @@ PROFILES = {
         "model_name": "dflash-smollm2-135m",
     },
 }
-
-
-def _on_gpu_nodes(task, gpus, node_selector, tolerations):
-    task.set_accelerator_type(GPU).set_accelerator_limit(gpus)
-    kubernetes.add_node_selector_json(task, node_selector)
-    kubernetes.add_toleration_json(task, tolerations)
-    return task
-
-
-def _with_secrets(task, hf_token_secret, mlflow_secret):
-    kubernetes.use_secret_as_env(task, secret_name=hf_token_secret, secret_key_to_env={"HF_TOKEN": "HF_TOKEN"},
-                                 optional=True)
-    kubernetes.use_secret_as_env(
-        task,
-        secret_name=mlflow_secret,
-        secret_key_to_env={"MLFLOW_TRACKING_USERNAME": "MLFLOW_TRACKING_USERNAME",
-                           "MLFLOW_TRACKING_PASSWORD": "MLFLOW_TRACKING_PASSWORD",
-                           "MLFLOW_TRACKING_TOKEN": "MLFLOW_TRACKING_TOKEN"},
-        optional=True,
-    )
-    return task
 
 
 _workspace = dsl.WorkspaceConfig(
@@ -144,24 +121,13 @@ def dflash_nano30b(
         hf_token_secret, mlflow_secret: Secrets with HF_TOKEN and MLFLOW_TRACKING_USERNAME/PASSWORD/TOKEN
             (optional: missing Secrets or keys are skipped).
     """
-    run_end = mlflow_run_end(
-        run_key=dsl.PIPELINE_JOB_ID_PLACEHOLDER, mlflow_tracking_uri=mlflow_tracking_uri,
-        mlflow_experiment=mlflow_experiment,
-    ).set_caching_options(False)
-    _with_secrets(run_end, hf_token_secret, mlflow_secret)
-    with dsl.ExitHandler(run_end, name="flashdraft"):
-        run_start = mlflow_run_start(
-            run_key=dsl.PIPELINE_JOB_ID_PLACEHOLDER, run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
-            mlflow_tracking_uri=mlflow_tracking_uri, mlflow_experiment=mlflow_experiment, target=target,
-            recipe=recipe,
-        ).set_caching_options(False)
-        _with_secrets(run_start, hf_token_secret, mlflow_secret)
-        tracking = dict(mlflow_tracking_uri=mlflow_tracking_uri, mlflow_experiment=mlflow_experiment,
-                        parent_run_id=run_start.output)
+    with under_mlflow_parent_run(target=target, recipe=recipe, mlflow_tracking_uri=mlflow_tracking_uri,
+                                 mlflow_experiment=mlflow_experiment, hf_token_secret=hf_token_secret,
+                                 mlflow_secret=mlflow_secret) as (run_end, tracking):
         workspace = dsl.WORKSPACE_PATH_PLACEHOLDER
 
         init = draft_init(target=target, recipe=recipe, workspace=workspace, **tracking)
-        _with_secrets(init, hf_token_secret, mlflow_secret)
+        with_secrets(init, hf_token_secret, mlflow_secret)
 
         warmup = target_warmup(
             target=target, prompts=prompts, num_samples=warmup_num_samples, max_new_tokens=warmup_max_new_tokens,
@@ -169,7 +135,7 @@ def dflash_nano30b(
         )
         # Not cached: the target it materialises lives on this run's workspace volume, which later steps read.
         warmup.set_caching_options(False)
-        _on_gpu_nodes(_with_secrets(warmup, hf_token_secret, mlflow_secret), 1, node_selector, tolerations)
+        on_gpu_nodes(with_secrets(warmup, hf_token_secret, mlflow_secret), 1, node_selector, tolerations)
         target_path = warmup.outputs["target_path"]
 
         train_args = dict(
@@ -184,14 +150,14 @@ def dflash_nano30b(
                 draft=trained.outputs["draft"], target=target_path, benchmarks=benchmarks,
                 num_prompts=eval_num_prompts, max_new_tokens=eval_max_new_tokens, workspace=workspace, **tracking,
             ).set_caching_options(False)
-            _on_gpu_nodes(_with_secrets(evaluated, hf_token_secret, mlflow_secret), 1, node_selector, tolerations)
+            on_gpu_nodes(with_secrets(evaluated, hf_token_secret, mlflow_secret), 1, node_selector, tolerations)
             promoted = promote(
                 draft=trained.outputs["draft"], report=evaluated.outputs["report"], model_name=model_name,
                 primary_benchmark=primary_benchmark, min_tau_gain=min_tau_gain, min_lossless=min_lossless,
                 target=target, target_revision=warmup.outputs["target_revision"], recipe=recipe, data=prompts,
                 **tracking,
             ).set_caching_options(False)
-            _with_secrets(promoted, hf_token_secret, mlflow_secret)
+            with_secrets(promoted, hf_token_secret, mlflow_secret)
 
         # Two branches, one of which runs: who holds the training GPUs differs. Evaluate and promote sit
         # in each branch because kfp's local runner cannot pass an artifact through dsl.OneOf.
@@ -200,12 +166,12 @@ def dflash_nano30b(
             in_step = train(**train_args).set_display_name("train")
             in_step.set_retry(num_retries=2)  # resumes from the latest checkpoint on the workspace
             kubernetes.empty_dir_mount(in_step, volume_name="dshm", mount_path="/dev/shm", medium="Memory")
-            _on_gpu_nodes(_with_secrets(in_step, hf_token_secret, mlflow_secret), gpus, node_selector, tolerations)
+            on_gpu_nodes(with_secrets(in_step, hf_token_secret, mlflow_secret), gpus, node_selector, tolerations)
             evaluate_and_promote(in_step)
         with dsl.Else(name="train-as-job"):
             # A PyTorchJob / TrainJob holds the GPUs; this step only launches and watches it.
             as_job = train(**train_args).set_display_name("train (launch job)")
             kubernetes.mount_pvc(as_job, pvc_name=data_pvc, mount_path="/data")
-            _with_secrets(as_job, hf_token_secret, mlflow_secret)
+            with_secrets(as_job, hf_token_secret, mlflow_secret)
             evaluate_and_promote(as_job)
     return run_end.output

@@ -21,14 +21,11 @@ from pathlib import Path
 
 from kfp import dsl, kubernetes
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root holds `components`
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root holds `components`, `pipelines`
 
 from components.dllm_evaluate.component import dllm_evaluate  # noqa: E402
-from components.mlflow_run_end.component import mlflow_run_end  # noqa: E402
-from components.mlflow_run_start.component import mlflow_run_start  # noqa: E402
 from components.train.component import train  # noqa: E402
-
-GPU = "nvidia.com/gpu"
+from pipelines.wiring import GPU, on_gpu_nodes, under_mlflow_parent_run, with_secrets  # noqa: E402
 
 # The local profile: a tiny random model on 2 CPU processes, a few steps; pass target, model_uri and
 # dataset_uri (a folder with the model, a folder with train.jsonl).
@@ -46,27 +43,6 @@ PROFILES = {
         "eval_steps": 4,
     },
 }
-
-
-def _with_secrets(task, hf_token_secret, mlflow_secret):
-    kubernetes.use_secret_as_env(task, secret_name=hf_token_secret, secret_key_to_env={"HF_TOKEN": "HF_TOKEN"},
-                                 optional=True)
-    kubernetes.use_secret_as_env(
-        task,
-        secret_name=mlflow_secret,
-        secret_key_to_env={"MLFLOW_TRACKING_USERNAME": "MLFLOW_TRACKING_USERNAME",
-                           "MLFLOW_TRACKING_PASSWORD": "MLFLOW_TRACKING_PASSWORD",
-                           "MLFLOW_TRACKING_TOKEN": "MLFLOW_TRACKING_TOKEN"},
-        optional=True,
-    )
-    return task
-
-
-def _on_gpu_nodes(task, gpus, node_selector, tolerations):
-    task.set_accelerator_type(GPU).set_accelerator_limit(gpus)
-    kubernetes.add_node_selector_json(task, node_selector)
-    kubernetes.add_toleration_json(task, tolerations)
-    return task
 
 
 @dsl.pipeline(name="llada2-sft")
@@ -104,21 +80,9 @@ def llada2_sft(
         hf_token_secret, mlflow_secret: Secrets with HF_TOKEN and MLFLOW_TRACKING_USERNAME/PASSWORD/TOKEN
             (optional: missing Secrets or keys are skipped).
     """
-    run_end = mlflow_run_end(
-        run_key=dsl.PIPELINE_JOB_ID_PLACEHOLDER, mlflow_tracking_uri=mlflow_tracking_uri,
-        mlflow_experiment=mlflow_experiment,
-    ).set_caching_options(False)
-    _with_secrets(run_end, hf_token_secret, mlflow_secret)
-    with dsl.ExitHandler(run_end, name="flashdraft"):
-        run_start = mlflow_run_start(
-            run_key=dsl.PIPELINE_JOB_ID_PLACEHOLDER, run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
-            mlflow_tracking_uri=mlflow_tracking_uri, mlflow_experiment=mlflow_experiment, target=target,
-            recipe=recipe,
-        ).set_caching_options(False)
-        _with_secrets(run_start, hf_token_secret, mlflow_secret)
-        tracking = dict(mlflow_tracking_uri=mlflow_tracking_uri, mlflow_experiment=mlflow_experiment,
-                        parent_run_id=run_start.output)
-
+    with under_mlflow_parent_run(target=target, recipe=recipe, mlflow_tracking_uri=mlflow_tracking_uri,
+                                 mlflow_experiment=mlflow_experiment, hf_token_secret=hf_token_secret,
+                                 mlflow_secret=mlflow_secret) as (run_end, tracking):
         model = dsl.importer(artifact_uri=model_uri, artifact_class=dsl.Model, reimport=False)
         data = dsl.importer(artifact_uri=dataset_uri, artifact_class=dsl.Dataset, reimport=False)
 
@@ -128,12 +92,12 @@ def llada2_sft(
             nproc_per_node=gpus, launcher="local", **tracking,
         )
         kubernetes.empty_dir_mount(trained, volume_name="dshm", mount_path="/dev/shm", medium="Memory")
-        _on_gpu_nodes(_with_secrets(trained, hf_token_secret, mlflow_secret), gpus, node_selector, tolerations)
+        on_gpu_nodes(with_secrets(trained, hf_token_secret, mlflow_secret), gpus, node_selector, tolerations)
 
         evaluated = dllm_evaluate(
             model=trained.outputs["draft"], dataset=data.output, recipe=recipe, overrides=train_overrides,
             prompts=eval_prompts, num_samples=eval_num_samples, gen_length=eval_gen_length, steps=eval_steps,
             **tracking,
         ).set_caching_options(False)
-        _on_gpu_nodes(_with_secrets(evaluated, hf_token_secret, mlflow_secret), 1, node_selector, tolerations)
+        on_gpu_nodes(with_secrets(evaluated, hf_token_secret, mlflow_secret), 1, node_selector, tolerations)
     return run_end.output
