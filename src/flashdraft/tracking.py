@@ -125,8 +125,8 @@ def step_run(
         return
     import mlflow
 
-    if tracking_uri:
-        mlflow.set_tracking_uri(tracking_uri)
+    # Always set: an earlier set_tracking_uri in this process would otherwise win over the environment.
+    mlflow.set_tracking_uri(tracking_uri or os.environ["MLFLOW_TRACKING_URI"])
     mlflow.set_experiment(experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_EXPERIMENT)
     parent = os.environ.get(PARENT_RUN_ENV)
     tags = {"flashdraft.step": name}
