@@ -200,20 +200,18 @@ def master_labels(job: str, role: str = "master", index: int = 0) -> dict:
     }
 
 
+def container_status(phase: str, state: dict, *, container: str = "pytorch", ready: bool = False,
+                     restarts: int = 0, last_state: dict | None = None) -> dict:
+    """A pod status with one container in `state`, as the kubelet reports it."""
+    status = {"name": container, "ready": ready, "restartCount": restarts, "image": IMAGE, "imageID": "",
+              "state": state}
+    if last_state is not None:
+        status["lastState"] = last_state
+    return {"phase": phase, "containerStatuses": [status]}
+
+
 def running(container: str, restarts: int = 0) -> dict:
-    return {
-        "phase": "Running",
-        "containerStatuses": [
-            {
-                "name": container,
-                "ready": True,
-                "restartCount": restarts,
-                "image": IMAGE,
-                "imageID": "",
-                "state": {"running": {}},
-            }
-        ],
-    }
+    return container_status("Running", {"running": {}}, container=container, ready=True, restarts=restarts)
 
 
 def launch(emulator, namespace, **kw):
@@ -329,19 +327,7 @@ def test_failure_names_the_pod_reason_and_keeps_the_job(emulator, namespace):
             f"{name}-master-0",
             master_labels(name),
             "pytorch",
-            {
-                "phase": "Failed",
-                "containerStatuses": [
-                    {
-                        "name": "pytorch",
-                        "ready": False,
-                        "restartCount": 3,
-                        "image": IMAGE,
-                        "imageID": "",
-                        "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}},
-                    }
-                ],
-            },
+            container_status("Failed", {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}, restarts=3),
         )
         op.set_conditions(
             name,
@@ -367,25 +353,12 @@ def test_crashloop_exit_code_in_failure(emulator, namespace):
             f"{name}-master-0",
             master_labels(name),
             "pytorch",
-            {
-                "phase": "Running",
-                "containerStatuses": [
-                    {
-                        "name": "pytorch",
-                        "ready": False,
-                        "restartCount": 4,
-                        "image": IMAGE,
-                        "imageID": "",
-                        "state": {
-                            "waiting": {
-                                "reason": "CrashLoopBackOff",
-                                "message": "back-off 40s restarting failed container",
-                            }
-                        },
-                        "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}},
-                    }
-                ],
-            },
+            container_status(
+                "Running",
+                {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s restarting failed container"}},
+                restarts=4,
+                last_state={"terminated": {"exitCode": 1, "reason": "Error"}},
+            ),
         )
         time.sleep(0.3)
         op.set_conditions(name, "Failed")
@@ -405,21 +378,10 @@ def test_image_pull_backoff_fails_fast_and_frees_the_gpus(emulator, namespace):
             f"{name}-master-0",
             master_labels(name),
             "pytorch",
-            {
-                "phase": "Pending",
-                "containerStatuses": [
-                    {
-                        "name": "pytorch",
-                        "ready": False,
-                        "restartCount": 0,
-                        "image": IMAGE,
-                        "imageID": "",
-                        "state": {
-                            "waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{IMAGE}"'}
-                        },
-                    }
-                ],
-            },
+            container_status(
+                "Pending",
+                {"waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{IMAGE}"'}},
+            ),
         )
 
     op = Operator(emulator, namespace).run(script)
@@ -439,24 +401,11 @@ def test_missing_secret_is_named(emulator, namespace):
             f"{name}-master-0",
             master_labels(name),
             "pytorch",
-            {
-                "phase": "Pending",
-                "containerStatuses": [
-                    {
-                        "name": "pytorch",
-                        "ready": False,
-                        "restartCount": 0,
-                        "image": IMAGE,
-                        "imageID": "",
-                        "state": {
-                            "waiting": {
-                                "reason": "CreateContainerConfigError",
-                                "message": 'secret "flashdraft-hf-token" not found',
-                            }
-                        },
-                    }
-                ],
-            },
+            container_status(
+                "Pending",
+                {"waiting": {"reason": "CreateContainerConfigError",
+                             "message": 'secret "flashdraft-hf-token" not found'}},
+            ),
         )
 
     op = Operator(emulator, namespace).run(script)
@@ -626,25 +575,10 @@ def test_cli_against_the_emulator(emulator, namespace, tmp_path, monkeypatch, ca
             f"{name}-master-0",
             master_labels(name),
             "pytorch",
-            {
-                "phase": "Failed",
-                "containerStatuses": [
-                    {
-                        "name": "pytorch",
-                        "ready": False,
-                        "restartCount": 0,
-                        "image": IMAGE,
-                        "imageID": "",
-                        "state": {
-                            "terminated": {
-                                "exitCode": 2,
-                                "reason": "Error",
-                                "message": "flashdraft train: error: unknown recipe",
-                            }
-                        },
-                    }
-                ],
-            },
+            container_status(
+                "Failed",
+                {"terminated": {"exitCode": 2, "reason": "Error", "message": "flashdraft train: error: unknown recipe"}},
+            ),
         )
         op.set_conditions(name, "Failed")
 
