@@ -77,6 +77,7 @@ def _prefill(
     t1 = _sync(runner.device)
     return first, context, Generation(tokens, prefill_s=t1 - t0, decode_s=0.0), done, t1
 
+
 @torch.no_grad()
 def autoregressive_generate(
     runner: TargetRunner,
