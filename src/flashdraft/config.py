@@ -170,14 +170,13 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         options = typing.get_args(tp)
         if value is None and type(None) in options:
             return None
-        errors = []
         for option in options:
             if option is type(None):
                 continue
             try:
                 return _coerce(value, option, where)
-            except UserError as err:
-                errors.append(str(err))
+            except UserError:
+                pass  # try the next member of the union; the error below names them all
         raise UserError(f"{where}: expected {_type_name(tp)}, got {value!r}")
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
