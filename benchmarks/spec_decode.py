@@ -2,8 +2,11 @@
 
 Same random-weight target and draft, batch 1, greedy, prefill excluded, device synchronised. Four
 runs per prompt: our speculative loop and our plain decoding (static caches + CUDA graphs), z-lab's
-`dflash_generate` with the draft, and z-lab's loop with block size 1 (its plain decoding). Asserts
-that our speculative output equals z-lab's token for token, prints a table and writes JSON.
+`dflash_generate` with the draft, and z-lab's loop with block size 1 (its plain decoding). The timed
+runs are in bf16, where the two loops' different kernels may flip a near-tie between two random-weight
+logits, so there the report gives the first position at which the outputs part. Equality is then
+asserted in float32 on the same weights (one prompt): our speculative output == z-lab's == our plain
+greedy output, token for token. Prints a table and writes JSON.
 
     # GPU (the issue's setting): Qwen3-8B-shaped target, 5-layer draft, bf16
     python benchmarks/spec_decode.py --out spec_decode.json
@@ -135,6 +138,27 @@ def summarise(runs: list[dict]) -> dict:
             "ms_per_step": 1000 * seconds / steps, "steps": steps, "tau": tokens / steps}
 
 
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """The first position at which two outputs differ (None when equal)."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
+
+
+def float32_check(target, draft, prompt: torch.Tensor, new: int, max_len: int, cuda_graphs: bool) -> dict:
+    """On the same weights cast to float32: our speculative output == z-lab's == our plain greedy output."""
+    target.float()
+    draft.float()
+    ref = zlab_draft(draft)
+    graphs = {k: StepGraphs.for_device(prompt.device, cuda_graphs) for k in ("spec", "plain")}
+    with torch.inference_mode():
+        spec = run_ours(TargetRunner(target, draft.target_layer_ids, max_len),
+                        DraftProposer(draft, target.get_input_embeddings(), target.get_output_embeddings()),
+                        prompt, new, graphs["spec"])
+        plain = run_ours(TargetRunner(target, [], max_len), None, prompt, new, graphs["plain"])
+        theirs = run_zlab(ref, target, prompt, new, draft.block_size)
+    return {"new_tokens": new, "identical_to_zlab": spec["tokens"] == theirs["tokens"],
+            "identical_to_plain": spec["tokens"] == plain["tokens"]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true", help="tiny shapes, float32, CPU: a quick smoke run")
@@ -178,9 +202,14 @@ def main(argv: list[str] | None = None) -> int:
 
     results = {name: summarise(r) for name, r in runs.items()}
     ours, theirs = runs["flashdraft speculative"], runs["z-lab dflash_generate"]
-    identical = [a["tokens"] == b["tokens"] for a, b in zip(ours, theirs)]
-    lossless = [a["tokens"] == b["tokens"] for a, b in zip(ours, runs["flashdraft plain"])]
+    parted = [first_difference(a["tokens"], b["tokens"]) for a, b in zip(ours, theirs)]
     ratio = results["flashdraft speculative"]["tokens_per_s"] / results["z-lab dflash_generate"]["tokens_per_s"]
+    if dtype == torch.float32:
+        exact = {"identical_to_zlab": all(p is None for p in parted),
+                 "identical_to_plain": all(a["tokens"] == b["tokens"] for a, b in zip(ours, runs["flashdraft plain"]))}
+    else:
+        del spec_runner, plain_runner, proposer, graphs, methods
+        exact = float32_check(target, draft, prompts[0], min(new, 128), max_len, not args.no_cuda_graphs)
     report = {
         "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
         "shape": shape, "dtype": str(dtype).removeprefix("torch."), "block_size": block,
@@ -193,8 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         "ours_over_zlab_speculative": ratio,
         "speedup_ours": results["flashdraft speculative"]["tokens_per_s"] / results["flashdraft plain"]["tokens_per_s"],
         "speedup_zlab": results["z-lab dflash_generate"]["tokens_per_s"] / results["z-lab plain (block 1)"]["tokens_per_s"],
-        "identical_to_zlab": all(identical),
-        "identical_to_plain": all(lossless),
+        "first_difference_from_zlab": parted,
+        "float32": exact,
     }
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
 
@@ -203,9 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'method':<26}{'tok/s':>10}{'ms/step':>10}{'tau':>7}")
     for name, r in results.items():
         print(f"{name:<26}{r['tokens_per_s']:>10.1f}{r['ms_per_step']:>10.2f}{r['tau']:>7.2f}")
-    print(f"ours / z-lab (speculative): {ratio:.2f}x; identical outputs: {all(identical)}; "
-          f"equal to plain greedy: {all(lossless)}")
-    assert all(identical), f"outputs differ from z-lab's on prompts {[i for i, s in enumerate(identical) if not s]}"
+    print(f"ours / z-lab (speculative): {ratio:.2f}x; {report['dtype']} outputs part from z-lab's at "
+          f"{parted} (None: identical); float32: {exact}")
+    assert all(exact.values()), f"float32 outputs differ: {exact}"
     return 0
 
 

@@ -12,7 +12,7 @@ matmuls only, sparse attention counted as masked) / step time / 780 TFLOP/s (mea
 of an H200; override with --peak-tflops).
 
     python benchmarks/train_step.py --out benchmarks/train_step_h200.json              # Qwen3-8B shape
-    python benchmarks/train_step.py --model nemotron-nano --out nano.json               # 30B hybrid target
+    python benchmarks/train_step.py --model nemotron-nano --variants fast --samples 2 --out nano.json  # 30B hybrid
     python benchmarks/train_step.py --tiny --out /tmp/tiny.json                         # CPU smoke run
 
 Needs only torch and transformers (and this package's core modules).
@@ -36,7 +36,7 @@ from flashdraft.config import Config, TrainConfig, from_dict
 from flashdraft.data import Batch
 from flashdraft.model import DFlashDraftConfig, DFlashDraftModel
 from flashdraft.strategies.dflash import DFlashStrategy
-from flashdraft.target import FrozenTarget
+from flashdraft.target import FrozenTarget, fast_path_status
 from flashdraft.train.distributed import setup, shard, teardown
 from flashdraft.train.optim import build_optimizer
 
@@ -83,12 +83,12 @@ def draft_config(model: str, target) -> DFlashDraftConfig:
     )
 
 
-def make_batch(seq_len: int, vocab: int, prompt: int = 64) -> Batch:
+def make_batch(samples: int, seq_len: int, vocab: int, prompt: int = 64) -> Batch:
     gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, vocab - 1, (1, seq_len), generator=gen)
-    loss_mask = torch.ones(1, seq_len, dtype=torch.bool)
+    ids = torch.randint(0, vocab - 1, (samples, seq_len), generator=gen)
+    loss_mask = torch.ones(samples, seq_len, dtype=torch.bool)
     loss_mask[:, :prompt] = False
-    return Batch(ids, torch.ones(1, seq_len, dtype=torch.long), loss_mask, torch.zeros(1, dtype=torch.long))
+    return Batch(ids, torch.ones(samples, seq_len, dtype=torch.long), loss_mask, torch.arange(samples))
 
 
 def sync(device: torch.device) -> None:
@@ -135,6 +135,7 @@ def run_variant(name, model, target, tconfig, batch, args, device) -> dict:
         flops = strategy.flops(prepared)
         result.update(
             step_time_s=step_time,
+            s_per_sample=step_time / batch.input_ids.shape[0],
             tokens_per_s=batch.num_tokens / step_time,
             useful_tflop=flops / 1e12,
             achieved_tflops=flops / step_time / 1e12,
@@ -171,9 +172,10 @@ def bench_model(model: str, args, device) -> dict:
     torch.manual_seed(0)
     with torch.device(device):
         target = FrozenTarget(AutoModelForCausalLM.from_config(tconfig, dtype=dtype))
-    batch = make_batch(args.seq_len, tconfig.vocab_size)
+    batch = make_batch(args.samples, args.seq_len, tconfig.vocab_size)
     taps = draft_config(model, tconfig).target_layer_ids
-    out = {"model": model, "seq_len": args.seq_len, "anchors": args.anchors, "block_size": 16,
+    out = {"model": model, "samples_per_step": args.samples, "seq_len": args.seq_len, "anchors": args.anchors,
+           "block_size": 16, "target_fast_path": fast_path_status(tconfig),
            "target_forward_s": target_forward_time(target, batch, taps, args, device), "variants": []}
     for variant in args.variants:
         out["variants"].append(run_variant(variant, model, target, tconfig, batch, args, device))
@@ -183,7 +185,7 @@ def bench_model(model: str, args, device) -> dict:
 
 
 def table(results: list[dict]) -> str:
-    head = f"{'model':<14}{'variant':<8}{'step s':>9}{'tok/s':>10}{'TFLOP':>8}{'TFLOP/s':>9}{'MFU':>7}{'peak GB':>9}"
+    head = f"{'model':<14}{'variant':<8}{'step s':>9}{'s/sample':>9}{'tok/s':>10}{'TFLOP':>8}{'TFLOP/s':>9}{'MFU':>7}{'peak GB':>9}"
     lines = [head, "-" * len(head)]
     for r in results:
         for v in r["variants"]:
@@ -192,13 +194,17 @@ def table(results: list[dict]) -> str:
                 continue
             peak = f"{v['peak_memory_gb']:.1f}" if v["peak_memory_gb"] is not None else "-"
             lines.append(
-                f"{r['model']:<14}{v['variant']:<8}{v['step_time_s']:>9.3f}{v['tokens_per_s']:>10.0f}"
+                f"{r['model']:<14}{v['variant']:<8}{v['step_time_s']:>9.3f}{v['s_per_sample']:>9.3f}"
+                f"{v['tokens_per_s']:>10.0f}"
                 f"{v['useful_tflop']:>8.1f}{v['achieved_tflops']:>9.1f}{v['mfu']:>7.1%}{peak:>9}"
             )
         fast = {v["variant"]: v for v in r["variants"] if "error" not in v}
         ratio = (f", naive/fast step time {fast['naive']['step_time_s'] / fast['fast']['step_time_s']:.2f}x"
                  if {"fast", "naive"} <= fast.keys() else "")
-        lines.append(f"{'':<14}target forward alone {r['target_forward_s']:.3f} s{ratio}")
+        kernels = "" if not r["target_fast_path"]["hybrid"] else (
+            ", Mamba-2 kernels " + ("on" if r["target_fast_path"]["fast_path"] else "OFF (reference path)"))
+        lines.append(f"{'':<14}{r['samples_per_step']} x {r['seq_len']} tokens a step; target forward alone "
+                     f"{r['target_forward_s']:.3f} s{ratio}{kernels}")
     return "\n".join(lines)
 
 
@@ -207,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="JSON results file")
     parser.add_argument("--model", choices=["qwen3-8b", "nemotron-nano", "both"], default="qwen3-8b")
     parser.add_argument("--variants", default="fast,naive", help="comma list of fast, naive")
+    parser.add_argument("--samples", type=int, default=1, help="samples (sequences) per step")
     parser.add_argument("--seq-len", type=int, default=4096)
     parser.add_argument("--anchors", type=int, default=512)
     parser.add_argument("--chunk", type=int, default=2048, help="LM-head chunk (tokens) of the fast variant")

@@ -93,5 +93,65 @@ def test_speculative_decoding_on_cuda_with_graphs_is_lossless(tiny_target, tmp_p
     report = json.loads(report_path.read_text())
     (bench,) = report["benchmarks"].values()
     assert bench["lossless"] == 1.0
+    if model_type == "nemotron_h":  # decode and rollback ran on the kernels wherever they import
+        from flashdraft.target import mamba_kernel_errors
+
+        assert report["settings"]["target_fast_path"] == (not mamba_kernel_errors())
     if model_type == "qwen3":  # Nemotron's eager MoE experts sync with the host: graphs may fall back
         assert report["settings"]["cuda_graphs"]["speculative"] is True
+
+
+# Runs one forward of a saved nemotron_h in a fresh process. transformers binds each Mamba-2 function
+# (mamba_ssm's Triton scans, causal_conv1d's CUDA conv) when its modeling module is imported, so the
+# reference path needs a process in which those packages cannot import.
+_FORWARD = r"""
+import sys
+import torch
+path, dtype, mode, out = sys.argv[1:]
+if mode == "reference":
+    sys.modules["mamba_ssm"] = sys.modules["causal_conv1d"] = None
+from transformers import AutoModelForCausalLM
+from flashdraft.target import fast_path_status, load_config
+model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).cuda().eval()
+ids = torch.randint(4, 260, (2, 45), generator=torch.Generator().manual_seed(0)).cuda()
+with torch.no_grad():
+    result = model(input_ids=ids, output_hidden_states=True)
+torch.save({"fast_path": fast_path_status(load_config(path))["fast_path"], "logits": result.logits.float().cpu(),
+            "hidden": [h.float().cpu() for h in result.hidden_states]}, out)
+"""
+
+
+@pytest.mark.parametrize("dtype,tolerance", [("float32", 5e-3), ("bfloat16", 3e-2)])
+def test_mamba_fast_path_matches_the_reference_path(tiny_target, tmp_path, dtype, tolerance):
+    """Hidden states and logits of a tiny nemotron_h agree between the kernels and transformers' PyTorch path.
+
+    Tolerances: float32 runs the Triton scans with TF32 dots (~1e-3 relative); in bfloat16 both paths
+    round every layer's output to 8 bits of mantissa (2^-8 = 4e-3 per rounding) in different orders,
+    and the differences compound over the 6 layers.
+    """
+    import subprocess
+    import sys
+
+    from flashdraft.target import mamba_kernel_errors
+
+    if errors := mamba_kernel_errors():
+        pytest.skip(f"the Mamba-2 kernels do not import here: {errors}")
+    target = tiny_target("nemotron_h")
+    runs = {}
+    for mode in ("fast", "reference"):
+        out = tmp_path / f"{mode}.pt"
+        done = subprocess.run([sys.executable, "-c", _FORWARD, str(target), dtype, mode, str(out)],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[mode] = torch.load(out)
+        # transformers says so once when a Mamba-2 function falls back to its PyTorch code
+        assert ("falling back to its reference PyTorch implementation" in done.stderr) == (mode == "reference")
+    fast, reference = runs["fast"], runs["reference"]
+    assert fast["fast_path"] and not reference["fast_path"]
+
+    def relative(a: torch.Tensor, b: torch.Tensor) -> float:
+        return float((a - b).norm() / b.norm())
+
+    for layer, (a, b) in enumerate(zip(fast["hidden"], reference["hidden"], strict=True)):
+        assert relative(a, b) < tolerance, f"hidden state {layer}: {relative(a, b):.2e}"
+    assert relative(fast["logits"], reference["logits"]) < tolerance

@@ -8,6 +8,7 @@ arch list for the Mamba-2 kernels, and that every COPY source exists and survive
 from __future__ import annotations
 
 import fnmatch
+import importlib.util
 import py_compile
 import re
 import shlex
@@ -116,7 +117,7 @@ def test_every_package_pinned(name):
     reqs = pip_requirements(steps, {**args, **env})
     assert reqs
     for req in reqs:
-        local = req.startswith("/opt/flashdraft/src")
+        local = req.startswith(("/opt/flashdraft/src", "/tmp/kernel-wheels/"))  # built in an earlier step
         assert local or re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][\w.+]*", req), f"{name}: unpinned {req!r}"
     assert "torch==2.13.0" in reqs
 
@@ -126,17 +127,13 @@ def test_trainer_builds_mamba_kernels_for_h100_h200():
     args, env = args_and_env(steps)
     arches = set(args["TORCH_CUDA_ARCH_LIST"].split(";"))
     assert {"8.0", "9.0"} <= arches
-    build = [rest for keyword, rest in steps if keyword == "RUN" and "mamba-ssm" in rest]
+    build = [rest for keyword, rest in steps if keyword == "RUN" and "build_kernels.sh" in rest]
     assert len(build) == 1
-    for flag in (
-        'TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST}"',
-        "MAMBA_FORCE_BUILD=TRUE",
-        "CAUSAL_CONV1D_FORCE_BUILD=TRUE",
-        "--no-build-isolation",
-    ):
-        assert flag in build[0]
-    reqs = pip_requirements(steps, args)
-    assert "mamba-ssm==2.3.2.post1" in reqs and "causal-conv1d==1.7.0" in reqs
+    # The wheels are built for exactly the listed architectures, from the pinned sources.
+    assert 'build_kernels.sh "${TORCH_CUDA_ARCH_LIST}"' in build[0]
+    assert args["MAMBA_SSM_VERSION"] == "2.3.2.post1" and args["CAUSAL_CONV1D_VERSION"] == "1.7.0"
+    for pin in ('MAMBA_SSM_VERSION="${MAMBA_SSM_VERSION}"', 'CAUSAL_CONV1D_VERSION="${CAUSAL_CONV1D_VERSION}"'):
+        assert pin in build[0]
     assert any(
         keyword == "RUN" and "check_kernels.py" in rest and "TORCH_CUDA_ARCH_LIST" in rest for keyword, rest in steps
     )
@@ -186,3 +183,51 @@ def test_copy_sources_exist_and_pass_dockerignore(name):
 
 def test_kernel_check_script_compiles():
     py_compile.compile(str(ROOT / "images" / "trainer" / "check_kernels.py"), doraise=True)
+
+
+def _narrow_gencode():
+    spec = importlib.util.spec_from_file_location("narrow_gencode", ROOT / "images" / "trainer" / "narrow_gencode.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The layout of causal-conv1d 1.7.0's and mamba-ssm 2.3.2's setup.py around their -gencode lists.
+_SETUP_PY = """
+if not SKIP_CUDA_BUILD:
+    cc_flag = []
+    if True:
+        cc_flag.append("-gencode")
+        cc_flag.append("arch=compute_75,code=sm_75")
+        cc_flag.append("-gencode")
+        cc_flag.append("arch=compute_80,code=sm_80")
+        if bare_metal_version >= Version("11.8"):
+            cc_flag.append("-gencode")
+            cc_flag.append("arch=compute_90,code=sm_90")
+        if bare_metal_version >= Version("12.8"):
+            cc_flag.append("-gencode")
+            cc_flag.append("arch=compute_100,code=sm_100")
+"""
+
+
+def _gencode_flags(source: str) -> list[str]:
+    scope = {"SKIP_CUDA_BUILD": False, "bare_metal_version": (13, 0),
+             "Version": lambda v: tuple(int(x) for x in v.split("."))}
+    exec(source, scope)
+    return scope["cc_flag"]
+
+
+def test_kernel_build_keeps_only_the_listed_architectures():
+    narrow = _narrow_gencode()
+    assert narrow.parse_arch_list("8.0;9.0+PTX") == {"80", "90"}
+    assert _gencode_flags(_SETUP_PY).count("-gencode") == 4
+    for arch_list, kept in (("9.0", ["arch=compute_90,code=sm_90"]),
+                            ("8.0;10.0", ["arch=compute_80,code=sm_80", "arch=compute_100,code=sm_100"])):
+        flags = _gencode_flags(narrow.narrow(_SETUP_PY, narrow.parse_arch_list(arch_list)))
+        assert flags == [f for arch in kept for f in ("-gencode", arch)]
+
+
+def test_kernel_build_refuses_an_architecture_the_sources_do_not_offer():
+    narrow = _narrow_gencode()
+    with pytest.raises(SystemExit, match=r"offers no build for sm_89 \(it knows sm_100, sm_75, sm_80, sm_90\)"):
+        narrow.narrow(_SETUP_PY, {"89", "90"})

@@ -21,7 +21,8 @@ def test_tiny_benchmark_matches_zlab_and_writes_results(tmp_path):
     out = tmp_path / "bench.json"
     assert module.main(["--tiny", "--prompts", "2", "--max-new-tokens", "20", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
-    assert report["identical_to_zlab"] and report["identical_to_plain"]
+    assert report["float32"] == {"identical_to_zlab": True, "identical_to_plain": True}
+    assert report["first_difference_from_zlab"] == [None, None]
     results = report["results"]
     assert set(results) == {"flashdraft speculative", "flashdraft plain", "z-lab dflash_generate",
                             "z-lab plain (block 1)"}

@@ -20,7 +20,8 @@ WITHOUT_EXTRAS = (
 def test_tiny_benchmark(tmp_path):
     out = tmp_path / "bench.json"
     done = subprocess.run(
-        [sys.executable, "-c", WITHOUT_EXTRAS, str(SCRIPT), "--tiny", "--steps", "1", "--warmup", "1", "--out", str(out)],
+        [sys.executable, "-c", WITHOUT_EXTRAS, str(SCRIPT), "--tiny", "--samples", "2", "--steps", "1", "--warmup", "1",
+         "--out", str(out)],
         capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}, timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -34,4 +35,5 @@ def test_tiny_benchmark(tmp_path):
     # Same weights, batch and anchors: the two variants compute the same loss.
     assert abs(fast["loss"] - naive["loss"]) < 1e-4
     assert result["target_forward_s"] > 0 and report["machine"]["torch"]
+    assert fast["s_per_sample"] == fast["step_time_s"] / 2 and not result["target_fast_path"]["hybrid"]
     assert "naive/fast step time" in done.stdout and "MFU" in done.stdout

@@ -9,7 +9,6 @@ equal the plain greedy output (the `lossless` fraction; 1.0 in float32).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,7 +27,14 @@ from flashdraft.spec.proposers import DraftProposer
 from flashdraft.spec.report import plot, write_json
 from flashdraft.spec.sampling import SamplingParams
 from flashdraft.spec.target_runner import TargetRunner, check_target
-from flashdraft.target import FrozenTarget, check_draft_fits, load_config, load_tokenizer, resolve_source
+from flashdraft.target import (
+    FrozenTarget,
+    check_draft_fits,
+    fast_path_status,
+    load_config,
+    load_tokenizer,
+    resolve_source,
+)
 from flashdraft.tracking import step_run
 
 log = logging.getLogger(__name__)
@@ -213,7 +219,8 @@ def evaluate(
             "thinking": thinking,
             "cuda_graphs": {"asked": cuda_graphs, "speculative": spec_graphs.enabled, "plain": plain_graphs.enabled},
             "hybrid_target": spec_runner.recurrent is not None,
-            "mamba_kernels": importlib.util.find_spec("mamba_ssm") is not None,
+            # The Mamba-2 kernels decode and roll back too when they import; else the reference path.
+            "target_fast_path": fast_path_status(target_config)["fast_path"],
             "stop_token_ids": sorted(stops),
             "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__},
         },
