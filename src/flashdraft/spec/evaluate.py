@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -154,6 +155,11 @@ def evaluate(
         raise UserError(f"benchmark names repeat: {names}; give each benchmark once")
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
+    if torch_dtype == torch.float32:
+        # Lossless here means bit-exact greedy output. Triton's default float32 dot is TF32 (10-bit
+        # mantissa), so the Mamba-2 kernels would give a 16-token verify and a 1-token decode logits
+        # that differ by ~1e-3 and flip near-ties; IEEE float32 dots keep them within rounding.
+        os.environ.setdefault("TRITON_F32_DEFAULT", "ieee")
     torch.manual_seed(seed)
 
     frozen = FrozenTarget.load(source, dtype=torch_dtype, device=torch_device)
