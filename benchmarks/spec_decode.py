@@ -204,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     ours, theirs = runs["flashdraft speculative"], runs["z-lab dflash_generate"]
     parted = [first_difference(a["tokens"], b["tokens"]) for a, b in zip(ours, theirs)]
     ratio = results["flashdraft speculative"]["tokens_per_s"] / results["z-lab dflash_generate"]["tokens_per_s"]
+    graphs_enabled = {k: g.enabled for k, g in graphs.items()}
     if dtype == torch.float32:
         exact = {"identical_to_zlab": all(p is None for p in parted),
                  "identical_to_plain": all(a["tokens"] == b["tokens"] for a, b in zip(ours, runs["flashdraft plain"]))}
@@ -217,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                      "python": platform.python_version()},
-        "cuda_graphs": {k: g.enabled for k, g in graphs.items()},
+        "cuda_graphs": graphs_enabled,
         "results": results,
         "ours_over_zlab_speculative": ratio,
         "speedup_ours": results["flashdraft speculative"]["tokens_per_s"] / results["flashdraft plain"]["tokens_per_s"],
