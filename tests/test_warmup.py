@@ -265,3 +265,44 @@ def test_thinking_switch_reaches_the_chat_template(tmp_path):
     result = run_warmup(str(target), prompts, tmp_path / "out", thinking=False, **FAST)
     assert result.summary["chat_template"]["supports_thinking"] and result.manifest["settings"]["thinking"] is False
     assert len(load_chat_dataset(str(result.dataset))) == 2
+
+
+def test_batches_hold_prompts_of_similar_length_and_the_dataset_keeps_prompt_order(tmp_path, monkeypatch):
+    """Within a window, prompts are sorted by number of turns, then by length, before batching (a batch
+    runs one round per turn of its longest chat and pads to its longest prompt); the dataset still
+    comes out in prompt order, each answer with its own prompt, and a resumed run writes the same file."""
+    monkeypatch.setattr(regen, "WINDOW_BATCHES", 2)
+    tokenizer = tiny_tokenizer()
+    lengths = [5, 300, 7, 6, 280, 290, 9, 8, 310, 3, 10, 2]  # batch 3, window 6 prompts
+    rows = [{"id": f"p{i}", "source": "test", "messages": [{"role": "user", "content": "x" * (n - 1) + str(i)}]}
+            for i, n in enumerate(lengths)]
+    # a three-turn chat (short prompts) joins the long one-turn prompts, which come after all one-turn ones
+    rows[7]["messages"] += [{"role": "assistant", "content": "old"}, {"role": "user", "content": "more"},
+                            {"role": "assistant", "content": "old"}, {"role": "user", "content": "again"}]
+
+    class LastTokens:  # the answer depends on the prompt alone: any mix-up of rows shows
+        def generate(self, prompts, sampling, seeds):
+            return [regen.Completion(list(p[-4:]), "stop") for p in prompts]
+
+    def run(work: Path) -> str:
+        regen.regenerate(rows, tokenizer=tokenizer, generator=LastTokens(), sampling=regen.Sampling(8),
+                         work_dir=work, batch_size=3)
+        regen.assemble(work, work / "train.jsonl", [r["id"] for r in rows], regen.Sampling(8))
+        return (work / "train.jsonl").read_text()
+
+    straight = run(tmp_path / "straight")
+    log = [json.loads(line) for line in (tmp_path / "straight" / regen.COMPLETED_NAME).read_text().splitlines()]
+    assert [set(r["indices"]) for r in log] == [{0, 2, 3}, {1, 4, 5}, {6, 9, 11}, {7, 8, 10}]
+    out = [json.loads(line) for line in straight.splitlines()]
+    assert [r["id"] for r in out] == [r["id"] for r in rows]
+    for row, original in zip(out, rows, strict=True):
+        history = [m for m in row["messages"] if m["role"] != "assistant"]
+        assert history == [m for m in original["messages"] if m["role"] != "assistant"]
+        prompt = regen.Renderer(tokenizer)(row["messages"][:-1])
+        assert row["messages"][-1]["content"] == tokenizer.decode(prompt[-4:], skip_special_tokens=False)
+
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    kept = (tmp_path / "straight" / regen.COMPLETED_NAME).read_text().splitlines(keepends=True)[:3]
+    (resumed / regen.COMPLETED_NAME).write_text("".join(kept))
+    assert run(resumed) == straight

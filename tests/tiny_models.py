@@ -61,7 +61,9 @@ def tiny_config(model_type: str, vocab_size: int = 288, num_layers: int = 6, hid
         pattern = ["mamba", "moe", "attention", "mamba", "mlp", "attention"]
         return NemotronHConfig(
             layers_block_type=(pattern * num_layers)[:num_layers],
-            mamba_num_heads=4,
+            # causal_conv1d's CUDA kernel needs the in-projection width (2 * heads * head_dim + 2 * groups *
+            # state + heads = 328) to be a multiple of 8, as it is in every released Nemotron-H
+            mamba_num_heads=8,
             mamba_head_dim=16,
             n_groups=2,
             ssm_state_size=16,

@@ -4,11 +4,18 @@ Drafts learn the target's own distribution, so the training answers must be the 
 original assistant turns are dropped; each conversation is answered turn by turn (the answer to the
 first user turn is generated, appended, then the next user turn follows, ...).
 
-Resume: conversations go in fixed batches (prompt order). Each finished batch is appended to
-`<work>/completed.jsonl` as ONE line, flushed and fsynced, so a kill loses at most the batch in flight
-(a torn last line is discarded). A rerun skips finished batches and regenerates the rest with the same
-batch composition and seeds, and the final file is assembled in prompt order: the result equals an
-uninterrupted run's.
+Batches: a batch generates one round per turn of its longest conversation (a 100-turn chat among
+one-turn prompts makes 99 rounds of near-empty batches, each a full sequential `generate`), and each
+round pads to its longest prompt. The prompts therefore go in windows of WINDOW_BATCHES batches, and
+within a window they are sorted by number of turns, then by the token length of the first turn,
+before being cut into batches. The window bounds how many rows `assemble` holds while it restores
+prompt order.
+
+Resume: the batches are fixed (the sort is deterministic). Each finished batch is appended to
+`<work>/completed.jsonl` as ONE line with its prompt indices, flushed and fsynced, so a kill loses at
+most the batch in flight (a torn last line is discarded). A rerun skips finished batches and
+regenerates the rest with the same batch composition and seeds, and the final file is assembled in
+prompt order: the result equals an uninterrupted run's.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from flashdraft.errors import UserError
 log = logging.getLogger(__name__)
 
 COMPLETED_NAME = "completed.jsonl"
+WINDOW_BATCHES = 16
 
 
 @dataclass(frozen=True)
@@ -286,6 +294,12 @@ def regenerate(
     work_dir.mkdir(parents=True, exist_ok=True)
     done = read_completed(work_dir)
     n_batches = -(-len(prompts) // batch_size)
+
+    def batching_key(index: int) -> tuple[int, int, int]:
+        groups = turn_groups(prompts[index]["messages"])
+        return len(groups), len(render(groups[0])), index
+
+    window_size = WINDOW_BATCHES * batch_size
     resumed = sum(min(batch_size, len(prompts) - b * batch_size) for b in done if b < n_batches)
     generated = 0
     started = time.perf_counter()
@@ -298,16 +312,24 @@ def regenerate(
             generated += count
             bar.set_postfix(tok_s=f"{generated / (time.perf_counter() - started):.1f}")
 
-        for batch in range(n_batches):
-            if batch in done:
+        for start in range(0, len(prompts), window_size):
+            first = start // batch_size
+            batches = range(first, min(first + WINDOW_BATCHES, n_batches))
+            if all(b in done for b in batches):
                 continue
-            rows = [prompts[i] for i in range(batch * batch_size, min((batch + 1) * batch_size, len(prompts)))]
-            answered = _answer_batch(rows, render, decode, generator, sampling, seed * 100_003 + batch,
-                                     context, on_tokens)
-            log_file.write(json.dumps({"batch": batch, "rows": answered}, ensure_ascii=False) + "\n")
-            log_file.flush()
-            os.fsync(log_file.fileno())
-            bar.update(len(rows))
+            window = range(start, min(start + window_size, len(prompts)))
+            order = sorted(window, key=batching_key)
+            for batch in batches:
+                if batch in done:
+                    continue
+                indices = order[(batch - first) * batch_size : (batch - first + 1) * batch_size]
+                answered = _answer_batch([prompts[i] for i in indices], render, decode, generator, sampling,
+                                         seed * 100_003 + batch, context, on_tokens)
+                record = {"batch": batch, "indices": indices, "rows": answered}
+                log_file.write(json.dumps(record, ensure_ascii=False) + "\n")
+                log_file.flush()
+                os.fsync(log_file.fileno())
+                bar.update(len(indices))
     seconds = time.perf_counter() - started
     return {"resumed_samples": resumed, "generated_tokens": generated, "seconds": round(seconds, 3),
             "tokens_per_second": round(generated / seconds, 2) if seconds > 0 and generated else None}
@@ -316,33 +338,47 @@ def regenerate(
 def assemble(work_dir: Path, path: Path, expected_ids: Sequence[str], sampling: Sampling) -> dict:
     """Write the finished batches as one dataset in prompt order (.jsonl or .parquet), atomically.
 
-    Reads the batches one at a time, so memory does not grow with the dataset. Returns its stats.
+    Reads the batches one at a time and holds at most one window of rows (batches are length-sorted
+    within a window), so memory does not grow with the dataset. Returns its stats.
     """
     offsets = read_completed(work_dir)
-    expected = iter(expected_ids)
+    expected = list(expected_ids)
+    emitted = 0
     completion: list[int] = []
     prompt: list[int] = []
     reasons: Counter = Counter()
     counts = {"samples": 0, "skipped_too_long": 0}
 
-    def rows():
+    def in_prompt_order():
+        nonlocal emitted
+        pending: dict[int, dict] = {}
         with open(work_dir / COMPLETED_NAME, "rb") as handle:
             for batch in range(len(offsets)):
                 if batch not in offsets:
                     raise RuntimeError(f"batch {batch} is missing from {handle.name}")
                 handle.seek(offsets[batch])
-                for row in json.loads(handle.readline())["rows"]:
-                    if row["id"] != next(expected, None):
+                record = json.loads(handle.readline())
+                if len(record.get("indices", ())) != len(record["rows"]):  # written by an older flashdraft
+                    raise RuntimeError(f"{handle.name} has batches without prompt indices; remove the output, rerun")
+                for index, row in zip(record["indices"], record["rows"]):
+                    if index >= len(expected) or row["id"] != expected[index] or index < emitted:
                         raise RuntimeError(f"{handle.name} does not match the prompts; remove the output, rerun")
-                    if "skipped" in row:
-                        counts["skipped_too_long"] += 1
-                        continue
-                    counts["samples"] += 1
-                    for turn in row["turns"]:
-                        completion.append(turn["completion_tokens"])
-                        prompt.append(turn["prompt_tokens"])
-                        reasons[turn["finish_reason"]] += 1
-                    yield row
+                    pending[index] = row
+                while emitted in pending:
+                    yield pending.pop(emitted)
+                    emitted += 1
+
+    def rows():
+        for row in in_prompt_order():
+            if "skipped" in row:
+                counts["skipped_too_long"] += 1
+                continue
+            counts["samples"] += 1
+            for turn in row["turns"]:
+                completion.append(turn["completion_tokens"])
+                prompt.append(turn["prompt_tokens"])
+                reasons[turn["finish_reason"]] += 1
+            yield row
 
     tmp = path.with_name(f".{path.name}.tmp")
     try:
@@ -354,7 +390,7 @@ def assemble(work_dir: Path, path: Path, expected_ids: Sequence[str], sampling: 
                     out.write(json.dumps(row, ensure_ascii=False) + "\n")
                 out.flush()
                 os.fsync(out.fileno())
-        if next(expected, None) is not None:
+        if emitted < len(expected):
             raise RuntimeError(f"{work_dir / COMPLETED_NAME} misses prompts; rerun the same command to finish")
         if not counts["samples"]:
             raise UserError(f"no prompt fits the target's context with max_new_tokens {sampling.max_new_tokens}; "
