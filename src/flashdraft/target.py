@@ -178,9 +178,9 @@ def require_fast_path(config) -> None:
         raise UserError(
             f"this recipe requires the Mamba-2 fast path, but the kernels do not import ({details}). "
             f"Without them the target's {status['recurrent_layers']} Mamba layers run ~12x slower. Fix: "
-            "use the flashdraft trainer image, or build them for your GPU: "
-            "TORCH_CUDA_ARCH_LIST=9.0 pip install --no-build-isolation causal-conv1d mamba-ssm "
-            "(see benchmarks/README.md); or set target.require_fast_path=false to accept the slow path"
+            "use the flashdraft trainer image, or build them for your GPU's architecture only with "
+            "images/trainer/build_kernels.sh from the flashdraft repository (benchmarks/README.md there says how; "
+            "about 9 minutes for sm_90); or set target.require_fast_path=false to accept the slow path"
         )
 
 
