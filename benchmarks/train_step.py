@@ -1,18 +1,22 @@
-"""One DFlash training step on a GPU: tokens/s, MFU and peak memory, against a naive baseline.
+"""DFlash training steps on GPUs: tokens/s, MFU and peak memory, against a naive baseline.
 
 Setting (reference: SpecForge 0.2.0's DFlash wrapper, 0.339 s / 48% MFU / 36 GB on one H200): a frozen
-target with random weights in bf16, one sample of 4096 tokens, 512 anchors, block 16, and a DFlash draft
+target with random weights in bf16, samples of 4096 tokens, 512 anchors, block 16, and a DFlash draft
 (Qwen3-8B shape: 5 layers; Nemotron-3-Nano-30B-A3B shape: 7 layers) trained with FSDP2 (bf16 params,
-fp32 reduce; one process) and AdamW. A step = anchors + target forward + draft forward/backward + LM-head
-loss + clip + optimizer step, exactly the trainer's code path. Variants:
+fp32 reduce) and AdamW. A step = anchors + target forward + draft forward/backward + LM-head loss over
+every micro-batch of the global batch (the trainer's `accumulate_gradients`), then clip + optimizer step.
+Under torchrun the global batch is split over the ranks (--global-batch, --samples per micro-batch) and
+the target is replicated or FSDP2-sharded (--shard-target), as in the trainer. Variants:
   fast  - FlexAttention block mask + chunked LM-head cross-entropy (the trainer's defaults on a GPU)
   naive - dense boolean mask with SDPA + full [tokens x vocab] logits (the ratio baseline; OOM is reported)
 MFU = useful FLOPs (flashdraft.strategies.flops: target forward + draft forward/backward + LM head,
-matmuls only, sparse attention counted as masked) / step time / 780 TFLOP/s (measured bf16 matmul rate
-of an H200; override with --peak-tflops).
+matmuls only, sparse attention counted as masked) / step time / (GPUs x 780 TFLOP/s, the measured bf16
+matmul rate of an H200; override with --peak-tflops).
 
     python benchmarks/train_step.py --out benchmarks/train_step_h200.json              # Qwen3-8B shape
     python benchmarks/train_step.py --model nemotron-nano --variants fast --samples 2 --out nano.json  # 30B hybrid
+    torchrun --nproc-per-node 8 benchmarks/train_step.py --model nemotron-nano --variants fast \
+        --global-batch 64 [--shard-target] --out nano_8gpu.json                         # scaling
     python benchmarks/train_step.py --tiny --out /tmp/tiny.json                         # CPU smoke run
 
 Needs only torch and transformers (and this package's core modules).
@@ -36,9 +40,10 @@ from flashdraft.config import Config, TrainConfig, from_dict
 from flashdraft.data import Batch
 from flashdraft.model import DFlashDraftConfig, DFlashDraftModel
 from flashdraft.strategies.dflash import DFlashStrategy
-from flashdraft.target import FrozenTarget, fast_path_status
-from flashdraft.train.distributed import setup, shard, teardown
+from flashdraft.target import FrozenTarget, decoder_layers, fast_path_status
+from flashdraft.train.distributed import setup, shard, shard_frozen, teardown
 from flashdraft.train.optim import build_optimizer
+from flashdraft.train.step import accumulate_gradients
 
 NEMOTRON_PATTERN = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
 _BLOCK_TYPES = {"M": "mamba", "E": "moe", "*": "attention", "-": "mlp"}
@@ -83,12 +88,20 @@ def draft_config(model: str, target) -> DFlashDraftConfig:
     )
 
 
-def make_batch(samples: int, seq_len: int, vocab: int, prompt: int = 64) -> Batch:
-    gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, vocab - 1, (samples, seq_len), generator=gen)
-    loss_mask = torch.ones(samples, seq_len, dtype=torch.bool)
+def make_batch(sample_ids: list[int], seq_len: int, vocab: int, prompt: int = 64) -> Batch:
+    """Random token rows, each drawn from its sample id: a global batch is the same however it is split."""
+    rows = [torch.randint(0, vocab - 1, (seq_len,), generator=torch.Generator().manual_seed(i)) for i in sample_ids]
+    loss_mask = torch.ones(len(rows), seq_len, dtype=torch.bool)
     loss_mask[:, :prompt] = False
-    return Batch(ids, torch.ones(samples, seq_len, dtype=torch.long), loss_mask, torch.arange(samples))
+    return Batch(torch.stack(rows), torch.ones(len(rows), seq_len, dtype=torch.long), loss_mask,
+                 torch.tensor(sample_ids))
+
+
+def rank_batches(args, dist, vocab: int) -> list[Batch]:
+    """This rank's micro-batches of the global batch (sample ids interleaved over ranks)."""
+    micro_steps = args.global_batch // (dist.world * args.samples)
+    return [make_batch([(m * dist.world + dist.rank) * args.samples + j for j in range(args.samples)],
+                       args.seq_len, vocab) for m in range(micro_steps)]
 
 
 def sync(device: torch.device) -> None:
@@ -96,8 +109,9 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def run_variant(name, model, target, tconfig, batch, args, device) -> dict:
-    """Time `args.steps` full training steps after `args.warmup` untimed ones."""
+def run_variant(name, model, target, tconfig, batches, args, dist) -> dict:
+    """Time `args.steps` full optimizer steps after `args.warmup` untimed ones."""
+    device = dist.device
     fast = name == "fast"
     dtype = "bfloat16" if device.type == "cuda" else "float32"
     config = from_dict(Config, {
@@ -116,32 +130,37 @@ def run_variant(name, model, target, tconfig, batch, args, device) -> dict:
     optimizer = build_optimizer(draft, TrainConfig())  # the trainer's: AdamW 6e-4, (0.9, 0.999), wd 0
     result = {"variant": name, "attention": config.strategy.attention, "lm_head_chunk": config.strategy.lm_head_chunk}
     try:
-        times = []
+        times, losses = [], []
         for step in range(args.warmup + args.steps):
             if step == args.warmup and device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             sync(device)
+            dist.barrier()
             began = time.perf_counter()
-            prepared = strategy.prepare(batch, step)
-            loss_sum, _ = strategy.loss(draft, prepared)
-            (loss_sum / max(prepared.num_targets, 1)).backward()
+            sums = accumulate_gradients(strategy, draft, [strategy.prepare(b, step) for b in batches], dist)
             torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             sync(device)
             if step >= args.warmup:
                 times.append(time.perf_counter() - began)
-        step_time = sorted(times)[len(times) // 2]  # median
-        flops = strategy.flops(prepared)
+            flops = float(sums.pop("flops"))
+            losses.append(strategy.summarise(sums)["loss"])
+        # The slowest rank's median: every rank waits for it in the next step's collectives anyway.
+        step_time = max_over_ranks(sorted(times)[len(times) // 2], dist)
+        tokens = args.global_batch * args.seq_len
         result.update(
             step_time_s=step_time,
-            s_per_sample=step_time / batch.input_ids.shape[0],
-            tokens_per_s=batch.num_tokens / step_time,
+            s_per_sample=step_time / args.global_batch,
+            tokens_per_s=tokens / step_time,
+            tokens_per_s_per_gpu=tokens / step_time / dist.world,
             useful_tflop=flops / 1e12,
             achieved_tflops=flops / step_time / 1e12,
-            mfu=flops / step_time / (args.peak_tflops * 1e12),
-            peak_memory_gb=(torch.cuda.max_memory_allocated(device) / 2**30) if device.type == "cuda" else None,
-            loss=float(loss_sum.detach()) / max(prepared.num_targets, 1),
+            mfu=flops / step_time / (dist.world * args.peak_tflops * 1e12),
+            peak_memory_gb=(max_over_ranks(torch.cuda.max_memory_allocated(device) / 2**30, dist)
+                            if device.type == "cuda" else None),
+            first_loss=losses[0],
+            loss=losses[-1],
         )
     except torch.OutOfMemoryError as err:
         result.update(error=f"OOM: {str(err).splitlines()[0]}")
@@ -153,32 +172,42 @@ def run_variant(name, model, target, tconfig, batch, args, device) -> dict:
     return result
 
 
-def target_forward_time(target: FrozenTarget, batch: Batch, layer_ids, args, device) -> float:
-    ids = batch.input_ids.to(device)
+def max_over_ranks(value: float, dist) -> float:
+    out = torch.tensor(value, dtype=torch.float64, device=dist.device)
+    torch.distributed.all_reduce(out, op=torch.distributed.ReduceOp.MAX)
+    return float(out)
+
+
+def target_forward_time(target: FrozenTarget, batch: Batch, layer_ids, args, dist) -> float:
+    """The target's forward over one micro-batch (all ranks run it: a sharded target gathers its layers)."""
+    ids = batch.input_ids.to(dist.device)
     times = []
     for step in range(args.warmup + args.steps):
-        sync(device)
+        sync(dist.device)
         began = time.perf_counter()
         target.context_features(ids, layer_ids)
-        sync(device)
+        sync(dist.device)
         if step >= args.warmup:
             times.append(time.perf_counter() - began)
-    return sorted(times)[len(times) // 2]
+    return max_over_ranks(sorted(times)[len(times) // 2], dist)
 
 
-def bench_model(model: str, args, device) -> dict:
+def bench_model(model: str, args, dist) -> dict:
     tconfig = target_config(model)
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    dtype = torch.bfloat16 if dist.device.type == "cuda" else torch.float32
     torch.manual_seed(0)
-    with torch.device(device):
+    with torch.device(dist.device):
         target = FrozenTarget(AutoModelForCausalLM.from_config(tconfig, dtype=dtype))
-    batch = make_batch(args.samples, args.seq_len, tconfig.vocab_size)
+    if args.shard_target:
+        shard_frozen(decoder_layers(target.model))
+    batches = rank_batches(args, dist, tconfig.vocab_size)
     taps = draft_config(model, tconfig).target_layer_ids
-    out = {"model": model, "samples_per_step": args.samples, "seq_len": args.seq_len, "anchors": args.anchors,
-           "block_size": 16, "target_fast_path": fast_path_status(tconfig),
-           "target_forward_s": target_forward_time(target, batch, taps, args, device), "variants": []}
+    out = {"model": model, "gpus": dist.world, "global_batch": args.global_batch, "samples_per_micro_batch": args.samples,
+           "micro_batches_per_rank": len(batches), "target_sharded": args.shard_target, "seq_len": args.seq_len,
+           "anchors": args.anchors, "block_size": 16, "target_fast_path": fast_path_status(tconfig),
+           "target_forward_s": target_forward_time(target, batches[0], taps, args, dist), "variants": []}
     for variant in args.variants:
-        out["variants"].append(run_variant(variant, model, target, tconfig, batch, args, device))
+        out["variants"].append(run_variant(variant, model, target, tconfig, batches, args, dist))
     del target
     gc.collect()
     return out
@@ -203,7 +232,9 @@ def table(results: list[dict]) -> str:
                  if {"fast", "naive"} <= fast.keys() else "")
         kernels = "" if not r["target_fast_path"]["hybrid"] else (
             ", Mamba-2 kernels " + ("on" if r["target_fast_path"]["fast_path"] else "OFF (reference path)"))
-        lines.append(f"{'':<14}{r['samples_per_step']} x {r['seq_len']} tokens a step; target forward alone "
+        lines.append(f"{'':<14}{r['gpus']} GPU(s), {r['global_batch']} x {r['seq_len']} tokens a step "
+                     f"({r['samples_per_micro_batch']} a micro-batch), target "
+                     f"{'sharded' if r['target_sharded'] else 'replicated'}; its forward of one micro-batch "
                      f"{r['target_forward_s']:.3f} s{ratio}{kernels}")
     return "\n".join(lines)
 
@@ -213,7 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="JSON results file")
     parser.add_argument("--model", choices=["qwen3-8b", "nemotron-nano", "both"], default="qwen3-8b")
     parser.add_argument("--variants", default="fast,naive", help="comma list of fast, naive")
-    parser.add_argument("--samples", type=int, default=1, help="samples (sequences) per step")
+    parser.add_argument("--samples", type=int, default=1, help="samples (sequences) per micro-batch")
+    parser.add_argument("--global-batch", type=int, default=None,
+                        help="samples per optimizer step over all ranks (default: --samples x ranks)")
+    parser.add_argument("--shard-target", action="store_true", help="FSDP2-shard the target instead of replicating it")
     parser.add_argument("--seq-len", type=int, default=4096)
     parser.add_argument("--anchors", type=int, default=512)
     parser.add_argument("--chunk", type=int, default=2048, help="LM-head chunk (tokens) of the fast variant")
@@ -231,8 +265,14 @@ def main(argv: list[str] | None = None) -> int:
     dist = setup()
     if not args.tiny and dist.device.type != "cuda":
         parser.error("needs a CUDA device (use --tiny for a CPU check)")
-    results = [bench_model(m, args, dist.device) for m in models]
+    args.global_batch = args.global_batch or args.samples * dist.world
+    if args.global_batch % (args.samples * dist.world):
+        parser.error(f"--global-batch {args.global_batch} is not a multiple of --samples {args.samples} x "
+                     f"{dist.world} ranks")
+    results = [bench_model(m, args, dist) for m in models]
     teardown()
+    if not dist.is_main:
+        return 0
     report = {
         "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
         "machine": {

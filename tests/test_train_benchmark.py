@@ -1,4 +1,5 @@
-"""benchmarks/train_step.py runs end to end on tiny CPU shapes with only torch + transformers."""
+"""benchmarks/train_step.py runs end to end on tiny CPU shapes with only torch + transformers, alone and
+under torchrun (the multi-GPU scaling runs)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "train_step.py"
 
@@ -37,3 +40,35 @@ def test_tiny_benchmark(tmp_path):
     assert result["target_forward_s"] > 0 and report["machine"]["torch"]
     assert fast["s_per_sample"] == fast["step_time_s"] / 2 and not result["target_fast_path"]["hybrid"]
     assert "naive/fast step time" in done.stdout and "MFU" in done.stdout
+
+
+def _run(tmp_path, name: str, nproc: int, *args: str) -> dict:
+    out = tmp_path / f"{name}.json"
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    done = subprocess.run(
+        [*launcher, str(SCRIPT), "--tiny", "--variants", "fast", "--steps", "2", "--warmup", "1", *args,
+         "--out", str(out)],
+        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (result,) = json.loads(out.read_text())["results"]
+    return result
+
+
+@pytest.mark.distributed
+def test_global_batch_split_over_ranks_trains_the_same(tmp_path):
+    """The same global batch of 4 samples, as 1 process x 2 micro-batches of 2, 2 processes x 2 micro-
+    batches of 1, and 2 processes with the target FSDP2-sharded: the same losses, step after step."""
+    single = _run(tmp_path, "single", 1, "--global-batch", "4", "--samples", "2")
+    split = _run(tmp_path, "split", 2, "--global-batch", "4", "--samples", "1")
+    sharded = _run(tmp_path, "sharded", 2, "--global-batch", "4", "--samples", "1", "--shard-target")
+    assert (single["gpus"], split["gpus"], sharded["target_sharded"]) == (1, 2, True)
+    assert split["micro_batches_per_rank"] == 2
+    (a,), (b,), (c,) = single["variants"], split["variants"], sharded["variants"]
+    for other in (b, c):
+        # float32 on the CPU; only the order of the sums over ranks differs
+        assert abs(other["first_loss"] - a["first_loss"]) < 1e-5, (a, other)
+        assert abs(other["loss"] - a["loss"]) < 1e-4, (a, other)
+        assert other["useful_tflop"] == pytest.approx(a["useful_tflop"], rel=1e-9)
+    assert a["first_loss"] != a["loss"]  # the optimizer steps changed the draft between them

@@ -35,6 +35,7 @@ from flashdraft.train.checkpoint import Checkpointer
 from flashdraft.train.distributed import setup, shard, shard_frozen
 from flashdraft.train.metrics import MetricsLog, add_sums, peak_memory_gb
 from flashdraft.train.optim import build_optimizer, build_schedule, warmup_steps
+from flashdraft.train.step import accumulate_gradients, global_sums
 
 log = logging.getLogger(__name__)
 
@@ -108,30 +109,7 @@ class Trainer:
     def accumulate_gradients(self, step: int) -> dict[str, torch.Tensor]:
         """Forward/backward over this rank's micro-batches of `step`; the metric sums over all ranks."""
         prepared = [self.strategy.prepare(b, step) for b in self.loader.micro_batches(step)]
-        count = float(self.dist.sum(torch.tensor(float(sum(p.num_targets for p in prepared)))))
-        # FSDP averages gradients over ranks; the loss is a global sum / count, so undo the average.
-        scale = self.dist.world / max(count, 1.0)
-        sums: dict[str, torch.Tensor] = {}
-        flops = 0.0
-        for p in prepared:
-            loss_sum, counts = self.strategy.loss(self.model, p)
-            (loss_sum * scale).backward()
-            add_sums(sums, counts)
-            flops += self.strategy.flops(p)
-        sums["flops"] = torch.tensor(flops, dtype=torch.float64)
-        return self._global(sums)
-
-    def _global(self, sums: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Sum every tensor over ranks with one collective."""
-        keys = sorted(sums)
-        flat = torch.cat([sums[k].double().reshape(-1) for k in keys])
-        flat = self.dist.sum(flat)
-        out, offset = {}, 0
-        for k in keys:
-            n = sums[k].numel()
-            out[k] = flat[offset : offset + n].reshape(sums[k].shape)
-            offset += n
-        return out
+        return accumulate_gradients(self.strategy, self.model, prepared, self.dist)
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
@@ -139,7 +117,7 @@ class Trainer:
         for batch in self.eval_set:
             _, counts = self.strategy.loss(self.model, self.strategy.prepare(batch, EVAL_STEP))
             add_sums(sums, counts)
-        return {f"eval_{k}": v for k, v in self.strategy.summarise(self._global(sums)).items()}
+        return {f"eval_{k}": v for k, v in self.strategy.summarise(global_sums(sums, self.dist)).items()}
 
     # -- the run ---------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
