@@ -72,3 +72,14 @@ def test_global_batch_split_over_ranks_trains_the_same(tmp_path):
         assert abs(other["loss"] - a["loss"]) < 1e-4, (a, other)
         assert other["useful_tflop"] == pytest.approx(a["useful_tflop"], rel=1e-9)
     assert a["first_loss"] != a["loss"]  # the optimizer steps changed the draft between them
+
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("scaling_table", SCRIPT.parent / "scaling_table.py")
+    scaling = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scaling)
+    entries = scaling.rows([tmp_path / f"{n}.json" for n in ("split", "single", "sharded")], "fast")
+    assert [(e["gpus"], e["sharded"]) for e in entries] == [(1, False), (2, False), (2, True)]
+    lines = scaling.table(entries).splitlines()
+    efficiency = b["tokens_per_s_per_gpu"] / a["tokens_per_s_per_gpu"]
+    assert lines[2].endswith("100.0%") and lines[3].endswith(f"{efficiency:.1%}")
