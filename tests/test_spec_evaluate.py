@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -176,3 +177,19 @@ def test_hybrid_on_transformers_that_hides_the_mixer_cache_is_refused_before_loa
         evaluate(draft=drafts("nemotron_h"), target=str(tiny_target("nemotron_h")), benches=["gsm8k"],
                  output=tmp_path / "r.json")
     assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed here")
+def test_vllm_measurement_without_vllm_is_refused_before_loading(tiny_target, drafts, prompts_file, tmp_path,
+                                                                 capsys, monkeypatch):
+    from flashdraft.spec import evaluate as evaluate_module
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("weights were loaded before the --vllm check")
+
+    monkeypatch.setattr(evaluate_module.FrozenTarget, "load", no_loading)
+    report = tmp_path / "r.json"
+    assert main(["evaluate", "--draft", str(drafts("qwen3")), "--target", str(tiny_target("qwen3")),
+                 "--bench", str(prompts_file), "--output", str(report), "--vllm"]) == 2
+    assert "--vllm needs the vllm package" in capsys.readouterr().err
+    assert not report.exists()

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from flashdraft.errors import UserError
 from flashdraft.model import DFlashDraftConfig, DFlashDraftModel
-from flashdraft.spec import metrics
+from flashdraft.spec import metrics, vllm_measure
 from flashdraft.spec.benchmarks import NAMED, Benchmark, load_benchmark
 from flashdraft.spec.decoding import Generation, autoregressive_generate, speculative_generate
 from flashdraft.spec.graphs import StepGraphs
@@ -131,6 +131,7 @@ def evaluate(
     thinking: bool = False,
     cuda_graphs: bool = True,
     baseline_prompt_lookup: bool = True,
+    vllm: bool = False,
     tracking_uri: str | None = None,
 ) -> dict:
     """Run the evaluation, write the report JSON (+ PNG plots next to it) and return the report."""
@@ -146,6 +147,11 @@ def evaluate(
     target_config = load_config(source)
     check_draft_fits(draft_config, target_config)
     check_target(target_config)
+    if vllm:
+        vllm_measure.require_vllm()
+        if source.gguf_file:
+            raise UserError("--vllm needs the target as an HF folder or hub id, not a .gguf; `flashdraft warmup` "
+                            "materialises a GGUF into a folder (its manifest.json names it as target_path)")
     block = block_size or draft_config.block_size
     if block < 2:
         raise UserError(f"block size must be >= 2 (anchor + at least one draft), got {block}")
@@ -206,32 +212,42 @@ def evaluate(
                  results[bench.name]["speculative"]["tau_pooled"] or 0, results[bench.name]["speedup"],
                  results[bench.name]["lossless"])
 
-    report = {
-        "settings": {
-            "draft": str(draft),
-            "target": target,
-            "benchmarks": list(benches),
-            "num_prompts": num_prompts,
-            "max_new_tokens": max_new_tokens,
-            "temperature": temperature,
-            "top_p": top_p,
-            "top_k": top_k,
-            "block_size": block,
-            "draft_block_size": draft_config.block_size,
-            "device": str(torch_device),
-            "device_name": torch.cuda.get_device_name(torch_device) if torch_device.type == "cuda" else "cpu",
-            "dtype": str(torch_dtype).removeprefix("torch."),
-            "seed": seed,
-            "thinking": thinking,
-            "cuda_graphs": {"asked": cuda_graphs, "speculative": spec_graphs.enabled, "plain": plain_graphs.enabled},
-            "hybrid_target": spec_runner.recurrent is not None,
-            # The Mamba-2 kernels decode and roll back too when they import; else the reference path.
-            "target_fast_path": fast_path_status(target_config)["fast_path"],
-            "stop_token_ids": sorted(stops),
-            "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__},
-        },
-        "benchmarks": results,
+    settings = {
+        "draft": str(draft),
+        "target": target,
+        "benchmarks": list(benches),
+        "num_prompts": num_prompts,
+        "max_new_tokens": max_new_tokens,
+        "temperature": temperature,
+        "top_p": top_p,
+        "top_k": top_k,
+        "block_size": block,
+        "draft_block_size": draft_config.block_size,
+        "device": str(torch_device),
+        "device_name": torch.cuda.get_device_name(torch_device) if torch_device.type == "cuda" else "cpu",
+        "dtype": str(torch_dtype).removeprefix("torch."),
+        "seed": seed,
+        "thinking": thinking,
+        "cuda_graphs": {"asked": cuda_graphs, "speculative": spec_graphs.enabled, "plain": plain_graphs.enabled},
+        "hybrid_target": spec_runner.recurrent is not None,
+        # The Mamba-2 kernels decode and roll back too when they import; else the reference path.
+        "target_fast_path": fast_path_status(target_config)["fast_path"],
+        "stop_token_ids": sorted(stops),
+        "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__},
+        "vllm": vllm,
     }
+    if vllm:
+        # vLLM takes the whole GPU: our loop's models go first.
+        del spec_runner, plain_runner, proposer, spec_graphs, plain_graphs, draft_model, model, frozen
+        if torch_device.type == "cuda":
+            torch.cuda.empty_cache()
+        measured = vllm_measure.measure(
+            source.path, draft, {name: [ids[0].tolist() for ids in prompts] for name, prompts in encoded.items()},
+            max_new_tokens=max_new_tokens, params=params, block_size=block, stop_ids=stops, seed=seed)
+        for name, numbers in measured.items():
+            results[name]["vllm"] = numbers
+
+    report = {"settings": settings, "benchmarks": results}
     write_json(report, output)
     plots = plot(report, output.parent, output.stem)
     with step_run("evaluate", tracking_uri=tracking_uri) as run:
@@ -243,6 +259,9 @@ def evaluate(
             flat[f"{name}.spec_tokens_per_s"] = r["speculative"]["tokens_per_second"]
             flat[f"{name}.plain_tokens_per_s"] = r["autoregressive"]["tokens_per_second"]
             flat[f"{name}.speedup"] = r["speedup"]
+            if "vllm" in r:
+                flat[f"{name}.vllm_tau_pooled"] = r["vllm"]["speculative"]["tau_pooled"]
+                flat[f"{name}.vllm_speedup"] = r["vllm"]["speedup"]
             flat[f"{name}.lossless"] = r["lossless"]
         run.log_metrics({k: v for k, v in flat.items() if v is not None})
         run.log_artifact(output)
@@ -270,6 +289,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="chat-template thinking mode; match the one the draft was trained with")
     parser.add_argument("--no-cuda-graphs", action="store_true", help="run the decoding steps eagerly on GPU")
     parser.add_argument("--no-prompt-lookup", action="store_true", help="skip the prompt-lookup baseline")
+    parser.add_argument("--vllm", action="store_true",
+                        help="also measure with vLLM's DFlash speculative decoding (needs vllm and a GPU)")
     parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI)")
 
 
@@ -279,7 +300,7 @@ def run(args: argparse.Namespace) -> int:
         num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
         top_p=args.top_p, top_k=args.top_k, block_size=args.block_size, device=args.device, dtype=args.dtype,
         seed=args.seed, thinking=args.thinking == "on", cuda_graphs=not args.no_cuda_graphs,
-        baseline_prompt_lookup=not args.no_prompt_lookup, tracking_uri=args.tracking_uri,
+        baseline_prompt_lookup=not args.no_prompt_lookup, vllm=args.vllm, tracking_uri=args.tracking_uri,
     )
     def num(value, unit: str = "") -> str:
         return "n/a" if value is None else f"{value:.2f}{unit}"
@@ -289,5 +310,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"{name}: tau {num(spec['tau_pooled'])} pooled / {num(spec['tau_mean_of_requests'])} per request, "
               f"{num(spec['tokens_per_second'])} tok/s vs {num(r['autoregressive']['tokens_per_second'])} plain "
               f"(speedup {num(r['speedup'], 'x')}), lossless {r['lossless']}")
+        if "vllm" in r:
+            v = r["vllm"]
+            print(f"{name} in vLLM: tau {num(v['speculative']['tau_pooled'])} pooled, "
+                  f"{num(v['speculative']['tokens_per_second'])} tok/s vs {num(v['autoregressive']['tokens_per_second'])} "
+                  f"plain (speedup {num(v['speedup'], 'x')})")
     print(f"report written to {args.output}")
     return 0
