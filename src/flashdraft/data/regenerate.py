@@ -34,6 +34,7 @@ import torch
 from tqdm.auto import tqdm
 
 from flashdraft.errors import UserError
+from flashdraft.vllm_sampling import vllm_sampling
 
 log = logging.getLogger(__name__)
 
@@ -138,18 +139,8 @@ class VllmGenerator:
         self.stop_ids = set(stop_ids)
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: Sampling, seeds: Sequence[int]) -> list[Completion]:
-        from vllm import SamplingParams
-
-        # top_p / top_k are passed only when on: vLLM versions disagree on how "off" is spelled.
-        filters = {} if sampling.greedy else {
-            **({"top_p": sampling.top_p} if sampling.top_p < 1 else {}),
-            **({"top_k": sampling.top_k} if sampling.top_k > 0 else {}),
-        }
-        params = [
-            SamplingParams(temperature=sampling.temperature, max_tokens=sampling.max_new_tokens, seed=seed,
-                           stop_token_ids=sorted(self.stop_ids), **filters)
-            for seed in seeds
-        ]
+        params = [vllm_sampling(sampling, max_tokens=sampling.max_new_tokens, stop_ids=self.stop_ids, seed=seed)
+                  for seed in seeds]
         outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
         completions = []
         for output in outputs:

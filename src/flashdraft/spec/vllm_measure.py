@@ -20,6 +20,7 @@ import torch
 
 from flashdraft.errors import UserError
 from flashdraft.spec.sampling import SamplingParams
+from flashdraft.vllm_sampling import vllm_sampling
 
 _DRAFTS = "vllm:spec_decode_num_drafts"
 _ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
@@ -30,18 +31,6 @@ def require_vllm() -> None:
     if importlib.util.find_spec("vllm") is None:
         raise UserError("--vllm needs the vllm package (a release with DFlash speculative decoding) on a GPU "
                         "machine; install it or drop --vllm")
-
-
-def _params(params: SamplingParams, max_tokens: int, stop_ids: set[int], seed: int):
-    from vllm import SamplingParams as VllmParams
-
-    # top_p / top_k only when on: vLLM versions disagree on how "off" is spelled.
-    filters = {} if params.greedy else {
-        **({"top_p": params.top_p} if params.top_p < 1 else {}),
-        **({"top_k": params.top_k} if params.top_k > 0 else {}),
-    }
-    return VllmParams(temperature=params.temperature, max_tokens=max_tokens, stop_token_ids=sorted(stop_ids),
-                      seed=seed, **filters)
 
 
 def _counters(llm) -> dict[str, list[float]]:
@@ -61,10 +50,11 @@ def _decode(llm, prompts: Sequence[list[int]], max_new_tokens: int, params: Samp
     for ids in prompts:
         request = [{"prompt_token_ids": list(ids)}]
         began = time.perf_counter()
-        llm.generate(request, _params(params, 1, stop_ids, seed), use_tqdm=False)
+        llm.generate(request, vllm_sampling(params, max_tokens=1, stop_ids=stop_ids, seed=seed), use_tqdm=False)
         prefill = time.perf_counter() - began
         began = time.perf_counter()
-        (result,) = llm.generate(request, _params(params, max_new_tokens, stop_ids, seed), use_tqdm=False)
+        sampling = vllm_sampling(params, max_tokens=max_new_tokens, stop_ids=stop_ids, seed=seed)
+        (result,) = llm.generate(request, sampling, use_tqdm=False)
         total = time.perf_counter() - began
         out = list(result.outputs[0].token_ids)
         outputs.append(out)
