@@ -163,8 +163,8 @@ def evaluate(
     torch_dtype = resolve_dtype(dtype, torch_device)
     if torch_dtype == torch.float32:
         # Lossless here means bit-exact greedy output. Triton's default float32 dot is TF32 (10-bit
-        # mantissa), so the Mamba-2 kernels would give a 16-token verify and a 1-token decode logits
-        # that differ by ~1e-3 and flip near-ties; IEEE float32 dots keep them within rounding.
+        # mantissa), so in the Mamba-2 kernels a 16-token verify and a 1-token decode could differ at
+        # TF32's ~1e-3 precision and flip near-ties; IEEE float32 dots keep them within rounding.
         os.environ.setdefault("TRITON_F32_DEFAULT", "ieee")
     torch.manual_seed(seed)
 
