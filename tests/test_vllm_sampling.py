@@ -10,7 +10,7 @@ import pytest
 
 from flashdraft.data.regenerate import Sampling
 from flashdraft.spec.sampling import SamplingParams
-from flashdraft.vllm_sampling import vllm_sampling
+from flashdraft.data.vllm_sampling import vllm_sampling
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ import torch
 from tqdm.auto import tqdm
 
 from flashdraft.errors import UserError
-from flashdraft.vllm_sampling import vllm_sampling
+from flashdraft.data.vllm_sampling import vllm_sampling
 
 log = logging.getLogger(__name__)
 

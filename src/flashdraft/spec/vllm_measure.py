@@ -20,7 +20,7 @@ import torch
 
 from flashdraft.errors import UserError
 from flashdraft.spec.sampling import SamplingParams
-from flashdraft.vllm_sampling import vllm_sampling
+from flashdraft.data.vllm_sampling import vllm_sampling
 
 _DRAFTS = "vllm:spec_decode_num_drafts"
 _ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
