@@ -62,7 +62,7 @@ def tiny_config(model_type: str, vocab_size: int = 288, num_layers: int = 6, hid
         return NemotronHConfig(
             layers_block_type=(pattern * num_layers)[:num_layers],
             # causal_conv1d's CUDA kernel needs the in-projection width (2 * heads * head_dim + 2 * groups *
-            # state + heads = 328) to be a multiple of 8, as it is in every released Nemotron-H
+            # state + heads = 328) to be a multiple of 8, as it is in the Nemotron-Nano shape (10,304)
             mamba_num_heads=8,
             mamba_head_dim=16,
             n_groups=2,
