@@ -9,10 +9,11 @@
 #   benchmarks/smollm2_quality.sh check 2 DATA WORK              # ... vs 2 GPUs x 1, same data order
 #   benchmarks/smollm2_quality.sh main DATA WORK                 # one GPU, MAIN_BUDGET_S of training
 #   benchmarks/smollm2_quality.sh evaluate DATA WORK             # results under WORK/results
+#   python benchmarks/smollm2_report.py WORK --out DIR           # tables + training-curve plot
 #
 # Phases are separate so that each fits a short machine window; WORK keeps the state between them. The
 # GPUs are the caller's CUDA_VISIBLE_DEVICES. `main` sizes its steps from the 1-GPU check's step time.
-# Environment: MAIN_BUDGET_S (seconds of main training, default 300), CHECK_STEPS (default 60),
+# Environment: MAIN_BUDGET_S (seconds of main training, default 900), CHECK_STEPS (default 60),
 # ATTENTION (flex; sdpa for a CPU smoke run), DEVICE (cuda; cpu for a smoke run).
 set -euo pipefail
 phase=${1:-}
@@ -60,7 +61,7 @@ main)
   steps=$(python3 -c "
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if 'step_time_s' in line]
-print(max(20, int(float(sys.argv[2]) / rows[-1]['step_time_s'])))" "$work/check_1gpu/metrics.jsonl" "${MAIN_BUDGET_S:-300}")
+print(max(20, int(float(sys.argv[2]) / rows[-1]['step_time_s'])))" "$work/check_1gpu/metrics.jsonl" "${MAIN_BUDGET_S:-900}")
   run flashdraft train "${COMMON[@]}" train.grad_accum_steps=2 "train.max_steps=$steps" \
     train.eval_every=250 train.log_every=25 "train.output_dir=$work/main" > "$work/main.log" 2>&1
   ;;

@@ -6,7 +6,6 @@ import json
 
 import datasets
 import pytest
-import torch
 
 from flashdraft.data.chat import tokenize_chat
 from flashdraft.data.loader import StepLoader, eval_batches, load_rows, tokenize_rows
@@ -142,8 +141,15 @@ def test_loader_shards_shuffles_and_resumes():
 def test_loader_errors_and_eval_split():
     with pytest.raises(UserError, match="fewer than one global batch"):
         StepLoader(numbered(3), micro_batch=2, accum=1, rank=0, world=2, seed=0, pad_id=0)
-    shards = [eval_batches(numbered(11), micro_batch=2, rank=r, world=2, pad_id=0, pad_to_multiple=8) for r in (0, 1)]
-    assert [len(s) for s in shards] == [2, 2]
-    seen = [i for s in shards for b in s for i in b.sample_ids.tolist()]
-    assert sorted(seen) == list(range(8)) and all(b.input_ids.shape[1] % 8 == 0 for s in shards for b in s)
-    assert torch.equal(shards[0][0].loss_mask, shards[0][0].attention_mask.bool())
+    whole = eval_batches(numbered(11), micro_batch=2, rank=0, world=1, pad_id=0)
+    for world in (2, 3, 12):
+        shards = [eval_batches(numbered(11), micro_batch=2, rank=r, world=world, pad_id=0, pad_to_multiple=8)
+                  for r in range(world)]
+        assert len({len(s) for s in shards}) == 1  # the same number of forwards on every rank
+        assert all(b.input_ids.shape[1] % 8 == 0 for s in shards for b in s)
+        # Every sample is supervised exactly once over the ranks, with the same tokens as on one rank;
+        # the blank rows that even out the ranks supervise nothing.
+        supervised = sorted((int(i), int(m.sum())) for s in shards for b in s
+                            for i, m in zip(b.sample_ids, b.loss_mask) if m.any())
+        assert supervised == sorted((int(i), int(m.sum())) for b in whole for i, m in zip(b.sample_ids, b.loss_mask))
+        assert len(supervised) == 11

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -18,7 +17,7 @@ pytest.importorskip("mlflow")
 
 from mlflow import MlflowClient  # noqa: E402
 
-from flashdraft import cli, orchestrate  # noqa: E402
+from flashdraft import cli  # noqa: E402
 from flashdraft.promote import promote_draft  # noqa: E402
 from flashdraft.registry import PromotionPolicy  # noqa: E402
 

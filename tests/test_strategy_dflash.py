@@ -121,6 +121,34 @@ def test_chunked_head_equals_full_logits(tiny_target):
     assert torch.equal(s0["correct"], s1["correct"])
 
 
+def test_compiled_attention_pads_to_whole_blocks_and_padding_changes_nothing(tiny_target):
+    """Where FlexAttention is compiled, batches pad to 128-token blocks (few shapes, few compilations)."""
+    strat, draft = make_strategy(tiny_target("qwen3"), attention="auto")
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert (strat.pad_multiple(cpu), strat.pad_multiple(cuda)) == (1, 128)
+    for asked, used in ((512, 512), (200, 256)):
+        strat.config.data.pad_to_multiple = asked
+        assert (strat.pad_multiple(cpu), strat.pad_multiple(cuda)) == (asked, used)
+    assert make_strategy(tiny_target("qwen3"), attention="sdpa")[0].pad_multiple(cuda) == 1
+
+    batch = make_batch()
+    extra = 128 - batch.input_ids.shape[1]
+    padded = Batch(F.pad(batch.input_ids, (0, extra)), F.pad(batch.attention_mask, (0, extra)),
+                   F.pad(batch.loss_mask, (0, extra)), batch.sample_ids)
+    results = []
+    for b in (batch, padded):
+        prepared = strat.prepare(b, step=2)
+        loss_sum, sums = strat.loss(draft, prepared)
+        loss_sum.backward()
+        results.append((prepared.anchors, loss_sum.detach(), [p.grad.clone() for p in draft.parameters()]))
+        draft.zero_grad()
+    (a0, l0, g0), (a1, l1, g1) = results
+    assert torch.equal(a0, a1)
+    torch.testing.assert_close(l0, l1, atol=1e-5, rtol=1e-6)
+    for x, y in zip(g0, g1):
+        torch.testing.assert_close(x, y, atol=1e-6, rtol=1e-5)
+
+
 def test_linear_cross_entropy_chunks_match_autograd():
     torch.manual_seed(0)
     hidden = torch.randn(23, 8, requires_grad=True)

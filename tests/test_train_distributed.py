@@ -1,8 +1,10 @@
-"""One global batch of 4 gives the same gradients as 1 x 4, 2 x 2 accumulation and 2 ranks x 2 (gloo).
+"""One global batch of 4 gives the same gradients as 1 x 4, 2 x 2 accumulation and 2 ranks x 2 (gloo),
+and the held-out evaluation gives the same numbers on 1 and 2 ranks.
 
 Run as a script (`python tests/test_train_distributed.py JSON`, alone or under torchrun) it is the probe:
 for each [OUT, overrides] pair in JSON it builds a trainer, accumulates the gradients of step 0 and saves
-them, gathered, to OUT (several trainers per process: the interpreter starts once).
+them, gathered, with the evaluation's metrics to OUT (several trainers per process: the interpreter
+starts once).
 """
 
 from __future__ import annotations
@@ -27,13 +29,14 @@ def probe(jobs: list[tuple[str, list[str]]]) -> None:
 
     for out, overrides in jobs:
         trainer = Trainer(load_config(None, overrides))
+        evaluation = trainer.evaluate()
         sums = trainer.accumulate_gradients(0)
         grads = {}
         for name, param in trainer.model.named_parameters():
             grad = param.grad
             grads[name] = (grad.full_tensor() if isinstance(grad, DTensor) else grad).detach().clone()
         if trainer.dist.is_main:
-            torch.save({"grads": grads, "sums": sums}, out)
+            torch.save({"grads": grads, "sums": sums, "eval": evaluation}, out)
     teardown()
 
 
@@ -60,7 +63,9 @@ def test_same_gradients_for_any_split(tiny_target, tmp_path):
 
     def args(name, micro, accum, **extra):
         return tiny_train_args(target, data, tmp_path / name, **{
-            "train.micro_batch_size": micro, "train.grad_accum_steps": accum, "draft.num_layers": 2, **extra})
+            "train.micro_batch_size": micro, "train.grad_accum_steps": accum, "draft.num_layers": 2,
+            # An odd eval set: on 2 ranks one of them evens out with a blank row.
+            "data.eval_samples": 3, **extra})
 
     one, accum = run_probes(tmp_path, {"one": args("one", 4, 1), "accum": args("accum", 2, 2)})
     ranks, sharded = run_probes(tmp_path, {
@@ -73,6 +78,11 @@ def test_same_gradients_for_any_split(tiny_target, tmp_path):
         for name, grad in one["grads"].items():
             torch.testing.assert_close(other["grads"][name], grad, rtol=1e-4, atol=1e-6, msg=name)
     assert any(g.abs().sum() > 0 for g in one["grads"].values())
+    assert one["eval"]["eval_supervised_tokens"] > 0
+    for other in (accum, ranks, sharded):
+        assert other["eval"].keys() == one["eval"].keys()
+        for key, value in one["eval"].items():
+            assert other["eval"][key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
 
 
 if __name__ == "__main__":

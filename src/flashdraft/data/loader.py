@@ -196,11 +196,20 @@ class StepLoader:
 
 def eval_batches(dataset: datasets.Dataset, *, micro_batch: int, rank: int, world: int, pad_id: int,
                  pad_to_multiple: int = 1) -> list[Batch]:
-    """This rank's share of the eval set; every rank gets the same number of batches (the remainder
-    is left out) because sharded models run collectives in every forward."""
-    per_rank = len(dataset) // world // micro_batch * micro_batch
-    ids = list(range(rank * per_rank, (rank + 1) * per_rank))
+    """This rank's share of the eval set: samples rank, rank + world, ... so that the ranks together see
+    every sample once and the eval numbers do not depend on the number of GPUs. Every rank runs the same
+    number of batches (sharded models run collectives in every forward): a rank one sample short gets a
+    blank row, a copy of a sample with nothing supervised, which adds nothing to the sums."""
+    if len(dataset) == 0:
+        return []
+    per_rank = -(-len(dataset) // world)
+    ids = list(range(rank, len(dataset), world))
+    rows = [dataset[i] for i in ids]
+    if len(rows) < per_rank:
+        blank = dataset[0]
+        rows.append({"input_ids": blank["input_ids"], "loss_mask": torch.zeros(len(blank["input_ids"]), dtype=torch.bool)})
+        ids.append(0)
     return [
-        collate([dataset[i] for i in ids[s : s + micro_batch]], ids[s : s + micro_batch], pad_id, pad_to_multiple)
+        collate(rows[s : s + micro_batch], ids[s : s + micro_batch], pad_id, pad_to_multiple)
         for s in range(0, per_rank, micro_batch)
     ]

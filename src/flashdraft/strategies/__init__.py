@@ -6,6 +6,8 @@ A strategy is a class registered in `STRATEGIES` (name -> "module:Class") with:
     plan(config, target_config, tokenizer) -> Strategy      classmethod; LIGHT: configs and checks only,
                                                             so bad input fails before any weights load
     min_supervised_tokens: int                              samples with fewer supervised tokens are dropped
+    pad_multiple(device) -> int                             batches are padded to a multiple of this many tokens
+                                                            (data.pad_to_multiple, or more for compiled kernels)
     build(device) -> nn.Module                              HEAVY: load weights; returns the module to train
                                                             (fresh or from `draft.init_from`)
     shard_units(model) -> list[nn.Module]                   sub-modules FSDP2 shards one by one (then the root)

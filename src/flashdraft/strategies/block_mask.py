@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 
+FLEX_BLOCK = 128  # create_block_mask's default BLOCK_SIZE: FlexAttention tiles keys and queries by it
+
 
 def dflash_mask_mod(anchors: torch.Tensor, context_len: int, block_size: int):
     """mask_mod(b, h, q, kv) for FlexAttention; `anchors` is [N, A] (long, padding blocks = 0)."""

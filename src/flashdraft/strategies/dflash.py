@@ -24,7 +24,7 @@ from flashdraft.config import Config
 from flashdraft.data import Batch
 from flashdraft.errors import UserError
 from flashdraft.model import DFlashDraftConfig, DFlashDraftModel
-from flashdraft.strategies.block_mask import dense_mask, flex_block_mask
+from flashdraft.strategies.block_mask import FLEX_BLOCK, dense_mask, flex_block_mask
 from flashdraft.strategies.chunked_ce import linear_cross_entropy
 from flashdraft.strategies.flops import TargetFlops, draft_train_flops
 
@@ -119,10 +119,24 @@ class DFlashStrategy:
     def min_supervised_tokens(self) -> int:
         return 2 * self.block_size
 
+    def flex_on(self, device: torch.device) -> bool:
+        """Whether the draft's attention is compiled FlexAttention on `device` (strategy.attention)."""
+        choice = self.config.strategy.attention
+        return choice == "flex" or (choice == "auto" and device.type == "cuda")
+
+    def pad_multiple(self, device: torch.device) -> int:
+        """data.pad_to_multiple, raised to whole FlexAttention blocks where the attention is compiled.
+
+        Every new padded length compiles the attention kernels again (tens of seconds each), so with no
+        padding a chat dataset's spread of lengths spends most of a short run compiling. FlexAttention
+        works in 128-token blocks anyway: padding to them costs the draft nothing.
+        """
+        pad = self.config.data.pad_to_multiple
+        return -(-pad // FLEX_BLOCK) * FLEX_BLOCK if self.flex_on(device) else pad
+
     def build(self, device: torch.device) -> nn.Module:
         """Load the frozen target onto `device` and make the draft (fp32 master weights)."""
-        choice = self.config.strategy.attention
-        self.use_flex = choice == "flex" or (choice == "auto" and device.type == "cuda")
+        self.use_flex = self.flex_on(device)
         # The draft computes in bf16 on a GPU (FSDP2's mixed-precision policy) and fp32 elsewhere; the
         # target's features, embeddings and head are cast to that, whatever the target's dtype.
         self.compute_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -132,8 +146,8 @@ class DFlashStrategy:
                 "use strategy.attention=sdpa or auto"
             )
         if self.use_flex:
-            # One compiled attention kernel per padded sequence length (data.pad_to_multiple buckets);
-            # the default limit of 8 would fall back to the slow path on a longer tail of lengths.
+            # One compiled attention kernel per padded sequence length (pad_multiple buckets); the
+            # default limit of 8 would fall back to the slow path on a longer tail of lengths.
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         t = self.config.target
         self.target = targets.FrozenTarget.load(

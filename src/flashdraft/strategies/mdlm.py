@@ -140,6 +140,9 @@ class MDLMStrategy:
         return cls(config, target_config, mask_id)
 
     # -- model -----------------------------------------------------------------------------------
+    def pad_multiple(self, device: torch.device) -> int:
+        return self.config.data.pad_to_multiple
+
     def build(self, device: torch.device) -> nn.Module:
         """The LM to train, fp32 master weights, from draft.init_from (an earlier export) or the target."""
         t = self.config.target

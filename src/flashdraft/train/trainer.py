@@ -66,6 +66,10 @@ class Trainer:
             barrier=dist.barrier,
         )
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        pad_multiple = self.strategy.pad_multiple(dist.device)
+        if pad_multiple != config.data.pad_to_multiple:
+            log.info("batches padded to multiples of %d tokens (data.pad_to_multiple=%d): one compiled "
+                     "attention kernel per padded length", pad_multiple, config.data.pad_to_multiple)
         self.loader = StepLoader(
             train_set,
             micro_batch=train.micro_batch_size,
@@ -74,14 +78,14 @@ class Trainer:
             world=dist.world,
             seed=config.data.seed,
             pad_id=pad_id,
-            pad_to_multiple=config.data.pad_to_multiple,
+            pad_to_multiple=pad_multiple,
         )
         self.eval_set = []
         if eval_set is not None:
             self.eval_set = eval_batches(eval_set, micro_batch=train.micro_batch_size, rank=dist.rank,
-                                         world=dist.world, pad_id=pad_id, pad_to_multiple=config.data.pad_to_multiple)
+                                         world=dist.world, pad_id=pad_id, pad_to_multiple=pad_multiple)
             if not self.eval_set:
-                log.warning("the eval set (%d samples) is smaller than one batch per rank; no evaluation", len(eval_set))
+                log.warning("the eval set has no samples left after filtering; no evaluation")
         self.total_steps = self.loader.steps_per_epoch * train.epochs
         if train.max_steps is not None:
             self.total_steps = min(self.total_steps, train.max_steps)
