@@ -17,6 +17,7 @@ matmul rate of an H200; override with --peak-tflops).
     python benchmarks/train_step.py --model nemotron-nano --variants fast --samples 2 --out nano.json  # 30B hybrid
     torchrun --nproc-per-node 8 benchmarks/train_step.py --model nemotron-nano --variants fast \
         --global-batch 64 [--shard-target] --out nano_8gpu.json                         # scaling
+    python benchmarks/train_step.py --model nemotron-nano --variants fast --profile --out nano.json  # + top ops
     python benchmarks/train_step.py --tiny --out /tmp/tiny.json                         # CPU smoke run
 
 Needs only torch and transformers (and this package's core modules).
@@ -146,6 +147,8 @@ def run_variant(name, model, target, tconfig, batches, args, dist) -> dict:
                 times.append(time.perf_counter() - began)
             flops = float(sums.pop("flops"))
             losses.append(strategy.summarise(sums)["loss"])
+        if args.profile:
+            result["profile"] = profile_step(strategy, draft, optimizer, batches, dist)
         # The slowest rank's median: every rank waits for it in the next step's collectives anyway.
         step_time = max_over_ranks(sorted(times)[len(times) // 2], dist)
         tokens = args.global_batch * args.seq_len
@@ -170,6 +173,22 @@ def run_variant(name, model, target, tconfig, batches, args, dist) -> dict:
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return result
+
+
+def profile_step(strategy, draft, optimizer, batches, dist, rows: int = 40) -> str:
+    """One more step under torch.profiler: the ops with the most self time on the device (CPU on a CPU)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = dist.device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        accumulate_gradients(strategy, draft, [strategy.prepare(b, 0) for b in batches], dist)
+        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        sync(dist.device)
+    return prof.key_averages().table(sort_by="self_device_time_total" if cuda else "self_cpu_time_total",
+                                     row_limit=rows)
 
 
 def max_over_ranks(value: float, dist) -> float:
@@ -254,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10, help="timed steps (median reported)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation)")
     parser.add_argument("--peak-tflops", type=float, default=780.0)
+    parser.add_argument("--profile", action="store_true",
+                        help="profile one extra step: the top ops by device time go into the JSON and the output")
     parser.add_argument("--tiny", action="store_true", help="tiny shapes on the CPU: checks the script, not speed")
     args = parser.parse_args(argv)
     args.variants = [v for v in args.variants.split(",") if v]
@@ -287,6 +308,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
     print(table(results))
+    for r in results:
+        for v in r["variants"]:
+            if "profile" in v:
+                print(f"\n{r['model']} {v['variant']}: one step under torch.profiler\n{v['profile']}")
     return 0
 
 
