@@ -9,7 +9,7 @@ packaged sources are turned into plain jsonl files here, with flashdraft's own l
                                      held-out evaluation prompts (GSM8K test, HumanEval, the EVAL split
                                      of chitchat); disjoint from the training prompts by construction
 
-    python benchmarks/smollm2_prepare.py --out DIR [--train-prompts 4000] [--eval-prompts 24]
+    python benchmarks/smollm2_prepare.py --out DIR [--train-prompts 12000] [--eval-prompts 24]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--train-prompts", type=int, default=4000)
+    parser.add_argument("--train-prompts", type=int, default=12000)
     parser.add_argument("--eval-prompts", type=int, default=24)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
