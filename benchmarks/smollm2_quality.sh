@@ -10,6 +10,7 @@
 #   benchmarks/smollm2_quality.sh main DATA WORK                 # one GPU, MAIN_BUDGET_S of training
 #   benchmarks/smollm2_quality.sh evaluate DATA WORK             # results under WORK/results
 #   python benchmarks/smollm2_report.py WORK --out DIR           # tables + training-curve plot
+#   benchmarks/smollm2_quality.sh all GGUF DATA WORK             # all of the above in one go (report in WORK/report)
 #
 # Phases are separate so that each fits a short machine window; WORK keeps the state between them. The
 # GPUs are the caller's CUDA_VISIBLE_DEVICES. `main` sizes its steps from the 1-GPU check's step time.
@@ -84,8 +85,25 @@ evaluate)
   pids+=($!)
   wait_all "${pids[@]}"
   ;;
+all)
+  # Every phase in order on the GPUs given (the 2-process check needs two of them, or DEVICE=cpu), then
+  # the report.
+  gguf=$2 data=$3 work=$4
+  gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
+  bash "$0" warmup "$gguf" "$data" "$work"
+  bash "$0" check 1 "$data" "$work"
+  if [[ ${DEVICE:-cuda} == cpu ]] || (( gpus >= 2 )); then
+    bash "$0" check 2 "$data" "$work"
+  else
+    echo "one GPU visible: the 2-GPU check is left out" >&2
+  fi
+  bash "$0" main "$data" "$work"
+  bash "$0" evaluate "$data" "$work"
+  python3 "$(dirname "$0")/smollm2_report.py" "$work" --out "$work/report"
+  ;;
 *)
-  echo "usage: $0 warmup GGUF DATA WORK | check 1|2 DATA WORK | main DATA WORK | evaluate DATA WORK" >&2
+  echo "usage: $0 warmup GGUF DATA WORK | check 1|2 DATA WORK | main DATA WORK | evaluate DATA WORK" \
+       "| all GGUF DATA WORK" >&2
   exit 2
   ;;
 esac

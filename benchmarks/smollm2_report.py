@@ -87,7 +87,10 @@ def steady(rows: list[dict], key: str) -> float:
     return statistics.median(values[len(values) // 2 :])
 
 
-def gpu_check(work: Path) -> dict:
+def gpu_check(work: Path) -> dict | None:
+    """The 1- vs 2-GPU comparison, or None where the 2-GPU check was not run (one GPU visible)."""
+    if not (work / "check_2gpu").is_dir():
+        return None
     one, two = read_metrics(work / "check_1gpu"), read_metrics(work / "check_2gpu")
     steps = [(a, b) for a, b in zip(one, two, strict=False) if "loss" in a and "loss" in b]
     if not steps or any(a["step"] != b["step"] for a, b in steps):
@@ -132,7 +135,7 @@ def fmt(value, spec: str = ".2f", suffix: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{suffix}"
 
 
-def markdown(rows: list[dict], check: dict, main_summary: dict) -> str:
+def markdown(rows: list[dict], check: dict | None, main_summary: dict) -> str:
     out = ["| benchmark | prompts | DFlash tau (pooled / per request) | DFlash speedup | prompt-lookup tau "
            "| prompt-lookup speedup | plain tok/s | lossless |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
@@ -147,8 +150,10 @@ def markdown(rows: list[dict], check: dict, main_summary: dict) -> str:
     out += [f"- {line}" for line in targets(rows)]
     out += ["", f"Main run: {main_summary.get('steps')} steps, final held-out loss "
             f"{fmt(main_summary.get('eval_loss'), '.3f')}, expected tau {fmt(main_summary.get('eval_tau'))}; "
-            "curve in training_curve.png.", "",
-            "1 GPU x 2 accumulation vs 2 GPUs x 1, same global batch and data order:", "",
+            "curve in training_curve.png.", ""]
+    if check is None:
+        return "\n".join(out + ["The 2-GPU check was not run (one GPU visible)."]) + "\n"
+    out += ["1 GPU x 2 accumulation vs 2 GPUs x 1, same global batch and data order:", "",
             "| step | loss 1 GPU | loss 2 GPUs | grad norm 1 GPU | grad norm 2 GPUs |", "| ---: | ---: | ---: | ---: | ---: |"]
     for s in check["steps"]:
         out.append(f"| {s['step']} | {s['loss_1gpu']:.5f} | {s['loss_2gpu']:.5f} | {s['grad_norm_1gpu']:.4f} "
