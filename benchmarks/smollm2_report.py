@@ -181,11 +181,12 @@ def main(argv: list[str] | None = None) -> int:
     plot_training(main_metrics, args.out / "training_curve.png")
     numbers = {"decoding": rows, "targets": targets(rows), "gpu_check": check,
                "main": {k: main_summary.get(k) for k in ("steps", "eval_loss", "eval_tau", "tokens_per_s")}}
-    for name, text in (("quality.json", json.dumps(numbers, indent=1)), ("quality.md", markdown(rows, check, main_summary))):
+    text = markdown(rows, check, main_summary)
+    for name, content in (("quality.json", json.dumps(numbers, indent=1)), ("quality.md", text)):
         tmp = args.out / f".{name}.tmp"
-        tmp.write_text(text)
+        tmp.write_text(content)
         os.replace(tmp, args.out / name)
-    sys.stdout.write(markdown(rows, check, main_summary))
+    sys.stdout.write(text)
     return 0
 
 

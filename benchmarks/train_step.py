@@ -138,11 +138,7 @@ def run_variant(name, model, target, tconfig, batches, args, dist) -> dict:
             sync(device)
             dist.barrier()
             began = time.perf_counter()
-            sums = accumulate_gradients(strategy, draft, [strategy.prepare(b, step) for b in batches], dist)
-            torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            sync(device)
+            sums = optimizer_step(strategy, draft, optimizer, batches, dist, step)
             if step >= args.warmup:
                 times.append(time.perf_counter() - began)
             flops = float(sums.pop("flops"))
@@ -175,6 +171,16 @@ def run_variant(name, model, target, tconfig, batches, args, dist) -> dict:
     return result
 
 
+def optimizer_step(strategy, draft, optimizer, batches, dist, step: int) -> dict[str, torch.Tensor]:
+    """The trainer's step: gradients over this rank's micro-batches, clip, AdamW; device synced."""
+    sums = accumulate_gradients(strategy, draft, [strategy.prepare(b, step) for b in batches], dist)
+    torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    sync(dist.device)
+    return sums
+
+
 def profile_step(strategy, draft, optimizer, batches, dist, rows: int = 40) -> str:
     """One more step under torch.profiler: the ops with the most self time on the device (CPU on a CPU)."""
     from torch.profiler import ProfilerActivity, profile
@@ -182,11 +188,7 @@ def profile_step(strategy, draft, optimizer, batches, dist, rows: int = 40) -> s
     cuda = dist.device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities) as prof:
-        accumulate_gradients(strategy, draft, [strategy.prepare(b, 0) for b in batches], dist)
-        torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        sync(dist.device)
+        optimizer_step(strategy, draft, optimizer, batches, dist, 0)
     return prof.key_averages().table(sort_by="self_device_time_total" if cuda else "self_cpu_time_total",
                                      row_limit=rows)
 
