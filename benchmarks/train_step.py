@@ -7,14 +7,17 @@ fp32 reduce) and AdamW. A step = anchors + target forward + draft forward/backwa
 every micro-batch of the global batch (the trainer's `accumulate_gradients`), then clip + optimizer step.
 Under torchrun the global batch is split over the ranks (--global-batch, --samples per micro-batch) and
 the target is replicated or FSDP2-sharded (--shard-target), as in the trainer. Variants:
-  fast  - FlexAttention block mask + chunked LM-head cross-entropy (the trainer's defaults on a GPU)
-  naive - dense boolean mask with SDPA + full [tokens x vocab] logits (the ratio baseline; OOM is reported)
+  compiled - fast + every draft layer compiled (strategy.compile_layers, the Nemotron recipe's setting)
+  fast     - FlexAttention block mask + chunked LM-head cross-entropy (the trainer's defaults on a GPU)
+  naive    - dense boolean mask with SDPA + full [tokens x vocab] logits (the ratio baseline; OOM is reported)
+The target runs through its last tapped layer only (FrozenTarget.context_features); its forward is also
+timed through all layers, side by side. --samples takes a list (2,4): one run per micro-batch size.
 MFU = useful FLOPs (flashdraft.strategies.flops: target forward + draft forward/backward + LM head,
 matmuls only, sparse attention counted as masked) / step time / (GPUs x 780 TFLOP/s, the measured bf16
 matmul rate of an H200; override with --peak-tflops).
 
     python benchmarks/train_step.py --out benchmarks/train_step_h200.json              # Qwen3-8B shape
-    python benchmarks/train_step.py --model nemotron-nano --variants fast --samples 2 --out nano.json  # 30B hybrid
+    python benchmarks/train_step.py --model nemotron-nano --variants compiled,fast --samples 2,4 --out nano.json
     torchrun --nproc-per-node 8 benchmarks/train_step.py --model nemotron-nano --variants fast \
         --global-batch 64 [--shard-target] --out nano_8gpu.json                         # scaling
     python benchmarks/train_step.py --model nemotron-nano --variants fast --profile --out nano.json  # + top ops
@@ -31,6 +34,7 @@ import json
 import platform
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -98,11 +102,17 @@ def make_batch(sample_ids: list[int], seq_len: int, vocab: int, prompt: int = 64
                  torch.tensor(sample_ids))
 
 
-def rank_batches(args, dist, vocab: int) -> list[Batch]:
+def rank_batches(samples: int, global_batch: int, seq_len: int, dist, vocab: int) -> list[Batch]:
     """This rank's micro-batches of the global batch (sample ids interleaved over ranks)."""
-    micro_steps = args.global_batch // (dist.world * args.samples)
-    return [make_batch([(m * dist.world + dist.rank) * args.samples + j for j in range(args.samples)],
-                       args.seq_len, vocab) for m in range(micro_steps)]
+    micro_steps = global_batch // (dist.world * samples)
+    return [make_batch([(m * dist.world + dist.rank) * samples + j for j in range(samples)], seq_len, vocab)
+            for m in range(micro_steps)]
+
+
+def log(dist, message: str) -> None:
+    """Progress on stderr (rank 0): where a run's minutes go."""
+    if dist.is_main:
+        print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def sync(device: torch.device) -> None:
@@ -110,15 +120,16 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def run_variant(name, model, target, tconfig, batches, args, dist) -> dict:
+def run_variant(name, model, target, tconfig, batches, global_batch: int, args, dist) -> dict:
     """Time `args.steps` full optimizer steps after `args.warmup` untimed ones."""
     device = dist.device
-    fast = name == "fast"
+    fast = name in ("fast", "compiled")
     dtype = "bfloat16" if device.type == "cuda" else "float32"
     config = from_dict(Config, {
         "target": {"dtype": dtype},
         "strategy": {"num_anchors": args.anchors, "lm_head_chunk": args.chunk if fast else 0,
-                     "attention": "flex" if fast and device.type == "cuda" else "sdpa"},
+                     "attention": "flex" if fast and device.type == "cuda" else "sdpa",
+                     "compile_layers": name == "compiled"},
     })
     dconfig = draft_config(model, tconfig)
     strategy = DFlashStrategy(config, dconfig, tconfig)
@@ -127,7 +138,10 @@ def run_variant(name, model, target, tconfig, batches, args, dist) -> dict:
     strategy.compute_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     torch.manual_seed(0)
     draft = DFlashDraftModel(dconfig).float().to(device)
+    if config.strategy.compile_layers:  # before sharding, as DFlashStrategy.build does in the trainer
+        draft.compile_layers()
     draft = shard(draft, strategy.shard_units(draft), device)
+    began_variant = time.perf_counter()
     optimizer = build_optimizer(draft, TrainConfig())  # the trainer's: AdamW 6e-4, (0.9, 0.999), wd 0
     result = {"variant": name, "attention": config.strategy.attention, "lm_head_chunk": config.strategy.lm_head_chunk}
     try:
@@ -141,16 +155,18 @@ def run_variant(name, model, target, tconfig, batches, args, dist) -> dict:
             sums = optimizer_step(strategy, draft, optimizer, batches, dist, step)
             if step >= args.warmup:
                 times.append(time.perf_counter() - began)
+            elif step == args.warmup - 1:
+                log(dist, f"{name}: {args.warmup} warmup steps in {time.perf_counter() - began_variant:.0f} s")
             flops = float(sums.pop("flops"))
             losses.append(strategy.summarise(sums)["loss"])
         if args.profile:
             result["profile"] = profile_step(strategy, draft, optimizer, batches, dist)
         # The slowest rank's median: every rank waits for it in the next step's collectives anyway.
         step_time = max_over_ranks(sorted(times)[len(times) // 2], dist)
-        tokens = args.global_batch * args.seq_len
+        tokens = global_batch * args.seq_len
         result.update(
             step_time_s=step_time,
-            s_per_sample=step_time / args.global_batch,
+            s_per_sample=step_time / global_batch,
             tokens_per_s=tokens / step_time,
             tokens_per_s_per_gpu=tokens / step_time / dist.world,
             useful_tflop=flops / 1e12,
@@ -163,6 +179,9 @@ def run_variant(name, model, target, tconfig, batches, args, dist) -> dict:
         )
     except torch.OutOfMemoryError as err:
         result.update(error=f"OOM: {str(err).splitlines()[0]}")
+    except Exception as err:  # one variant failing (a compiler error, say) must not lose the others' numbers
+        traceback.print_exc()
+        result.update(error=f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
     finally:
         del draft, optimizer
         gc.collect()
@@ -199,21 +218,27 @@ def max_over_ranks(value: float, dist) -> float:
     return float(out)
 
 
-def target_forward_time(target: FrozenTarget, batch: Batch, layer_ids, args, dist) -> float:
-    """The target's forward over one micro-batch (all ranks run it: a sharded target gathers its layers)."""
+def target_forward_time(target: FrozenTarget, batch: Batch, layer_ids, args, dist, all_layers: bool = False) -> float:
+    """The target's forward over one micro-batch (all ranks run it: a sharded target gathers its layers):
+    through the last tapped layer as in training, or (`all_layers`) through every layer."""
     ids = batch.input_ids.to(dist.device)
     times = []
     for step in range(args.warmup + args.steps):
         sync(dist.device)
         began = time.perf_counter()
-        target.context_features(ids, layer_ids)
+        if all_layers:
+            target.model.get_decoder()(input_ids=ids, use_cache=False)
+        else:
+            target.context_features(ids, layer_ids)
         sync(dist.device)
         if step >= args.warmup:
             times.append(time.perf_counter() - began)
     return max_over_ranks(sorted(times)[len(times) // 2], dist)
 
 
-def bench_model(model: str, args, dist) -> dict:
+def bench_model(model: str, args, dist) -> list[dict]:
+    """One result per micro-batch size in --samples, all against one target."""
+    began = time.perf_counter()
     tconfig = target_config(model)
     dtype = torch.bfloat16 if dist.device.type == "cuda" else torch.float32
     torch.manual_seed(0)
@@ -221,42 +246,54 @@ def bench_model(model: str, args, dist) -> dict:
         target = FrozenTarget(AutoModelForCausalLM.from_config(tconfig, dtype=dtype))
     if args.shard_target:
         shard_frozen(decoder_layers(target.model))
-    batches = rank_batches(args, dist, tconfig.vocab_size)
+    log(dist, f"{model}: target built in {time.perf_counter() - began:.0f} s")
     taps = draft_config(model, tconfig).target_layer_ids
-    out = {"model": model, "gpus": dist.world, "global_batch": args.global_batch, "samples_per_micro_batch": args.samples,
-           "micro_batches_per_rank": len(batches), "target_sharded": args.shard_target, "seq_len": args.seq_len,
-           "anchors": args.anchors, "block_size": 16, "target_fast_path": fast_path_status(tconfig),
-           "target_forward_s": target_forward_time(target, batches[0], taps, args, dist), "variants": []}
-    for variant in args.variants:
-        out["variants"].append(run_variant(variant, model, target, tconfig, batches, args, dist))
+    results = []
+    for samples in args.samples:
+        global_batch = args.global_batch or samples * dist.world
+        batches = rank_batches(samples, global_batch, args.seq_len, dist, tconfig.vocab_size)
+        out = {"model": model, "gpus": dist.world, "global_batch": global_batch, "samples_per_micro_batch": samples,
+               "micro_batches_per_rank": len(batches), "target_sharded": args.shard_target, "seq_len": args.seq_len,
+               "anchors": args.anchors, "block_size": 16, "target_fast_path": fast_path_status(tconfig),
+               "target_layers_run": max(taps) + 1, "target_layers": tconfig.num_hidden_layers,
+               "target_forward_s": target_forward_time(target, batches[0], taps, args, dist),
+               "target_forward_all_layers_s": target_forward_time(target, batches[0], taps, args, dist, all_layers=True),
+               "variants": []}
+        log(dist, f"{model}, {samples} a micro-batch: target forward {out['target_forward_s']:.3f} s "
+                  f"({out['target_forward_all_layers_s']:.3f} s through all layers)")
+        for variant in args.variants:
+            out["variants"].append(run_variant(variant, model, target, tconfig, batches, global_batch, args, dist))
+            log(dist, f"{model}, {samples} a micro-batch, {variant}: done")
+        results.append(out)
     del target
     gc.collect()
-    return out
+    return results
 
 
 def table(results: list[dict]) -> str:
-    head = f"{'model':<14}{'variant':<8}{'step s':>9}{'s/sample':>9}{'tok/s':>10}{'TFLOP':>8}{'TFLOP/s':>9}{'MFU':>7}{'peak GB':>9}"
+    head = f"{'model':<14}{'variant':<9}{'step s':>9}{'s/sample':>9}{'tok/s':>10}{'TFLOP':>8}{'TFLOP/s':>9}{'MFU':>7}{'peak GB':>9}"
     lines = [head, "-" * len(head)]
     for r in results:
         for v in r["variants"]:
             if "error" in v:
-                lines.append(f"{r['model']:<14}{v['variant']:<8}  {v['error'][:60]}")
+                lines.append(f"{r['model']:<14}{v['variant']:<9}  {v['error'][:60]}")
                 continue
             peak = f"{v['peak_memory_gb']:.1f}" if v["peak_memory_gb"] is not None else "-"
             lines.append(
-                f"{r['model']:<14}{v['variant']:<8}{v['step_time_s']:>9.3f}{v['s_per_sample']:>9.3f}"
+                f"{r['model']:<14}{v['variant']:<9}{v['step_time_s']:>9.3f}{v['s_per_sample']:>9.3f}"
                 f"{v['tokens_per_s']:>10.0f}"
                 f"{v['useful_tflop']:>8.1f}{v['achieved_tflops']:>9.1f}{v['mfu']:>7.1%}{peak:>9}"
             )
-        fast = {v["variant"]: v for v in r["variants"] if "error" not in v}
-        ratio = (f", naive/fast step time {fast['naive']['step_time_s'] / fast['fast']['step_time_s']:.2f}x"
-                 if {"fast", "naive"} <= fast.keys() else "")
+        done = {v["variant"]: v["step_time_s"] for v in r["variants"] if "error" not in v}
+        ratio = "".join(f", {slow}/{quick} step time {done[slow] / done[quick]:.2f}x"
+                        for slow, quick in (("naive", "fast"), ("fast", "compiled")) if {slow, quick} <= done.keys())
         kernels = "" if not r["target_fast_path"]["hybrid"] else (
             ", Mamba-2 kernels " + ("on" if r["target_fast_path"]["fast_path"] else "OFF (reference path)"))
         lines.append(f"{'':<14}{r['gpus']} GPU(s), {r['global_batch']} x {r['seq_len']} tokens a step "
                      f"({r['samples_per_micro_batch']} a micro-batch), target "
                      f"{'sharded' if r['target_sharded'] else 'replicated'}; its forward of one micro-batch "
-                     f"{r['target_forward_s']:.3f} s{ratio}{kernels}")
+                     f"{r['target_forward_s']:.3f} s through layer {r['target_layers_run']} of {r['target_layers']} "
+                     f"({r['target_forward_all_layers_s']:.3f} s through all){ratio}{kernels}")
     return "\n".join(lines)
 
 
@@ -264,8 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="JSON results file")
     parser.add_argument("--model", choices=["qwen3-8b", "nemotron-nano", "both"], default="qwen3-8b")
-    parser.add_argument("--variants", default="fast,naive", help="comma list of fast, naive")
-    parser.add_argument("--samples", type=int, default=1, help="samples (sequences) per micro-batch")
+    parser.add_argument("--variants", default="fast,naive", help="comma list of compiled, fast, naive")
+    parser.add_argument("--samples", default="1", help="samples (sequences) per micro-batch; a comma list runs each")
     parser.add_argument("--global-batch", type=int, default=None,
                         help="samples per optimizer step over all ranks (default: --samples x ranks)")
     parser.add_argument("--shard-target", action="store_true", help="FSDP2-shard the target instead of replicating it")
@@ -280,6 +317,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="tiny shapes on the CPU: checks the script, not speed")
     args = parser.parse_args(argv)
     args.variants = [v for v in args.variants.split(",") if v]
+    if unknown := set(args.variants) - {"compiled", "fast", "naive"}:
+        parser.error(f"--variants: unknown {sorted(unknown)}; choose from compiled, fast, naive")
+    try:
+        args.samples = [int(n) for n in args.samples.split(",")]
+    except ValueError:
+        parser.error(f"--samples: expected a comma list of integers, got {args.samples!r}")
     if args.tiny:
         models = ["tiny"]
         args.seq_len, args.anchors, args.chunk = min(args.seq_len, 192), min(args.anchors, 8), min(args.chunk, 32)
@@ -288,11 +331,11 @@ def main(argv: list[str] | None = None) -> int:
     dist = setup()
     if not args.tiny and dist.device.type != "cuda":
         parser.error("needs a CUDA device (use --tiny for a CPU check)")
-    args.global_batch = args.global_batch or args.samples * dist.world
-    if args.global_batch % (args.samples * dist.world):
-        parser.error(f"--global-batch {args.global_batch} is not a multiple of --samples {args.samples} x "
-                     f"{dist.world} ranks")
-    results = [bench_model(m, args, dist) for m in models]
+    for samples in args.samples:
+        if samples < 1 or (args.global_batch or samples * dist.world) % (samples * dist.world):
+            parser.error(f"--global-batch {args.global_batch} is not a positive multiple of --samples {samples} x "
+                         f"{dist.world} ranks")
+    results = [r for m in models for r in bench_model(m, args, dist)]
     teardown()
     if not dist.is_main:
         return 0

@@ -149,6 +149,27 @@ def test_compiled_attention_pads_to_whole_blocks_and_padding_changes_nothing(tin
         torch.testing.assert_close(x, y, atol=1e-6, rtol=1e-5)
 
 
+def test_compiled_layers_match_eager_layers(tiny_target):
+    """strategy.compile_layers: same loss and gradients as the eager draft, over two batch lengths."""
+    eager_strat, eager = make_strategy(tiny_target("qwen3"), num_anchors=4)
+    strat, draft = make_strategy(tiny_target("qwen3"), num_anchors=4, compile_layers=True)
+    assert all(layer._compiled_call_impl is not None for layer in draft.layers)
+    assert strat.pad_multiple(torch.device("cpu")) == 128  # few lengths, few compilations
+    draft.load_state_dict(eager.state_dict())
+    for lengths in ((30, 19), (25,)):
+        prepared = strat.prepare(make_batch(lengths), step=1)
+        results = []
+        for s, model in ((eager_strat, eager), (strat, draft)):
+            loss_sum, _ = s.loss(model, prepared)
+            loss_sum.backward()
+            results.append((loss_sum.detach(), [p.grad.clone() for p in model.parameters()]))
+            model.zero_grad()
+        (l0, g0), (l1, g1) = results
+        torch.testing.assert_close(l1, l0, atol=1e-5, rtol=1e-5)
+        for x, y in zip(g1, g0):
+            torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-4)
+
+
 def test_linear_cross_entropy_chunks_match_autograd():
     torch.manual_seed(0)
     hidden = torch.randn(23, 8, requires_grad=True)

@@ -43,3 +43,30 @@ def test_target_is_frozen_and_lends_embedding_and_head(tiny_target):
     assert not any(p.requires_grad for p in target.model.parameters())
     assert target.embedding.weight.shape[0] == target.config.vocab_size
     assert target.lm_head.out_features == target.config.vocab_size
+
+
+@pytest.mark.parametrize("model_type", ["qwen3", "nemotron_h"])
+def test_context_features_skip_the_layers_after_the_last_tap(tiny_target, model_type):
+    target = FrozenTarget.load(str(tiny_target(model_type)), dtype=torch.float32)
+    layers = decoder_layers(target.model)
+    ran = []
+    handles = [layer.register_forward_hook(lambda *_a, i=i: ran.append(i)) for i, layer in enumerate(layers)]
+    ids = torch.randint(4, 260, (1, 9))
+    target.context_features(ids, [1, 0])
+    assert ran == [0, 1]
+    # The full stack is back afterwards, also when the forward fails half-way.
+    assert decoder_layers(target.model) is layers
+    def fail(*_):
+        raise RuntimeError("layer 0 failed")
+
+    failing = layers[0].register_forward_hook(fail)
+    with pytest.raises(RuntimeError, match="layer 0 failed"):
+        target.context_features(ids, [1])
+    failing.remove()
+    assert decoder_layers(target.model) is layers
+    ran.clear()
+    with torch.no_grad():
+        target.model(ids)
+    for h in handles:
+        h.remove()
+    assert ran == list(range(len(layers)))

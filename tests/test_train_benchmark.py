@@ -24,22 +24,31 @@ def test_tiny_benchmark(tmp_path):
     out = tmp_path / "bench.json"
     done = subprocess.run(
         [sys.executable, "-c", WITHOUT_EXTRAS, str(SCRIPT), "--tiny", "--samples", "2", "--steps", "1", "--warmup", "1",
-         "--out", str(out)],
+         "--variants", "compiled,fast,naive", "--out", str(out)],
         capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}, timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
     (result,) = report["results"]
-    assert [v["variant"] for v in result["variants"]] == ["fast", "naive"]
-    fast, naive = result["variants"]
+    assert [v["variant"] for v in result["variants"]] == ["compiled", "fast", "naive"]
+    compiled, fast, naive = result["variants"]
     assert fast["lm_head_chunk"] > 0 and naive["lm_head_chunk"] == 0
-    for v in (fast, naive):
+    for v in (compiled, fast, naive):
         assert v["step_time_s"] > 0 and v["useful_tflop"] > 0 and 0 < v["mfu"]
-    # Same weights, batch and anchors: the two variants compute the same loss.
-    assert abs(fast["loss"] - naive["loss"]) < 1e-4
-    assert result["target_forward_s"] > 0 and report["machine"]["torch"]
+    # Same weights, batch and anchors: the variants compute the same loss.
+    assert abs(fast["loss"] - naive["loss"]) < 1e-4 and abs(compiled["loss"] - fast["loss"]) < 1e-4
+    assert result["target_forward_s"] > 0 and result["target_forward_all_layers_s"] > 0 and report["machine"]["torch"]
+    assert (result["target_layers_run"], result["target_layers"]) == (3, 4)  # taps [1, 2] of 4 layers
     assert fast["s_per_sample"] == fast["step_time_s"] / 2 and not result["target_fast_path"]["hybrid"]
-    assert "naive/fast step time" in done.stdout and "MFU" in done.stdout
+    assert "naive/fast step time" in done.stdout and "fast/compiled step time" in done.stdout and "MFU" in done.stdout
+
+
+@pytest.mark.parametrize("flag,value,says", [("--variants", "fast,turbo", "unknown ['turbo']"),
+                                             ("--samples", "2,x", "comma list of integers")])
+def test_bad_arguments_name_the_problem(tmp_path, flag, value, says):
+    done = subprocess.run([sys.executable, str(SCRIPT), "--tiny", flag, value, "--out", str(tmp_path / "x.json")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and says in done.stderr and not (tmp_path / "x.json").exists()
 
 
 def _run(tmp_path, name: str, nproc: int, *args: str) -> dict:

@@ -87,6 +87,9 @@ class StrategyConfig:
     gamma: float | None = None  # decay of the slot weights exp(-(k-1)/gamma); None: the block-size rule
     attention: str = "auto"  # flex | sdpa | auto (flex on CUDA; sdpa with a dense mask elsewhere)
     lm_head_chunk: int = 1024  # tokens per LM-head chunk; 0 = full logits (memory hungry)
+    # dflash: torch.compile every draft layer (fuses norms, rotary, activations). Costs a compile per
+    # padded batch length on the first steps, so it pays off in long runs of large drafts.
+    compile_layers: bool = False
     # mdlm / hybrid (diffusion LMs): the model itself is trained; see strategies/mdlm.py, hybrid.py.
     mask_token_id: int | None = None  # None: the tokenizer's mask token
     mdlm_eps: float = 1e-3  # mask probability p = (1 - eps) t + eps, t ~ U(0, 1)

@@ -220,6 +220,23 @@ def capture_layer_outputs(
             handle.remove()
 
 
+@contextlib.contextmanager
+def layers_through(model: nn.Module, last: int) -> Iterator[None]:
+    """Within the block, the decoder runs only its layers 0..`last`: the ones a caller reads.
+
+    The tapped features never need the layers after the last tap (2 of Nemotron-Nano's 52, 2 of
+    Qwen3-8B's 36 in the recipes), so their forward is pure waste. HF decoders loop over `.layers`, so
+    a shorter list for the duration of the forward is all it takes; the full list comes back after.
+    """
+    base = model.get_decoder() if hasattr(model, "get_decoder") else model
+    full = decoder_layers(model)
+    base.layers = full[: last + 1]
+    try:
+        yield
+    finally:
+        base.layers = full
+
+
 def concat_taps(captured: dict[int, torch.Tensor], layer_ids: Sequence[int]) -> torch.Tensor:
     """[.., n_taps * H] in the order of `layer_ids` (the order `fc` was trained with)."""
     return torch.cat([captured[i] for i in layer_ids], dim=-1)
@@ -312,7 +329,8 @@ class FrozenTarget:
         layer_ids: Sequence[int],
         attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Tapped hidden states [B, S, n_taps * H] of one forward, without computing logits."""
-        with capture_layer_outputs(self.model, layer_ids) as captured:
+        """Tapped hidden states [B, S, n_taps * H] of one forward, without computing logits or any layer
+        after the last tap (the final norm still runs: it is one cheap op and every decoder has it)."""
+        with capture_layer_outputs(self.model, layer_ids) as captured, layers_through(self.model, max(layer_ids)):
             self.model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
         return concat_taps(captured, layer_ids)

@@ -124,15 +124,19 @@ class DFlashStrategy:
         choice = self.config.strategy.attention
         return choice == "flex" or (choice == "auto" and device.type == "cuda")
 
-    def pad_multiple(self, device: torch.device) -> int:
-        """data.pad_to_multiple, raised to whole FlexAttention blocks where the attention is compiled.
+    def compiles(self, device: torch.device) -> bool:
+        """Whether the draft runs compiled code on `device` (FlexAttention or strategy.compile_layers)."""
+        return self.flex_on(device) or self.config.strategy.compile_layers
 
-        Every new padded length compiles the attention kernels again (tens of seconds each), so with no
-        padding a chat dataset's spread of lengths spends most of a short run compiling. FlexAttention
-        works in 128-token blocks anyway: padding to them costs the draft nothing.
+    def pad_multiple(self, device: torch.device) -> int:
+        """data.pad_to_multiple, raised to whole FlexAttention blocks where the draft is compiled.
+
+        Every new padded length compiles the draft again (tens of seconds each), so with no padding a
+        chat dataset's spread of lengths spends most of a short run compiling. FlexAttention works in
+        128-token blocks anyway: padding to them costs the draft nothing.
         """
         pad = self.config.data.pad_to_multiple
-        return -(-pad // FLEX_BLOCK) * FLEX_BLOCK if self.flex_on(device) else pad
+        return -(-pad // FLEX_BLOCK) * FLEX_BLOCK if self.compiles(device) else pad
 
     def build(self, device: torch.device) -> nn.Module:
         """Load the frozen target onto `device` and make the draft (fp32 master weights)."""
@@ -145,9 +149,9 @@ class DFlashStrategy:
                 "strategy.attention=flex needs a CUDA device (FlexAttention has no backward on CPU); "
                 "use strategy.attention=sdpa or auto"
             )
-        if self.use_flex:
-            # One compiled attention kernel per padded sequence length (pad_multiple buckets); the
-            # default limit of 8 would fall back to the slow path on a longer tail of lengths.
+        if self.compiles(device):
+            # One compiled graph per padded sequence length (pad_multiple buckets); the default limit
+            # of 8 would fall back to the slow path on a longer tail of lengths.
             torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         t = self.config.target
         self.target = targets.FrozenTarget.load(
@@ -163,7 +167,10 @@ class DFlashStrategy:
         else:
             torch.manual_seed(self.config.draft.seed)
             draft = DFlashDraftModel(self.draft_config)
-        return draft.float().to(device).train()
+        draft = draft.float().to(device).train()
+        if self.config.strategy.compile_layers:
+            draft.compile_layers()
+        return draft
 
     def shard_units(self, model: nn.Module) -> list[nn.Module]:
         return list(model.layers)
@@ -207,6 +214,21 @@ class DFlashStrategy:
         ctx_pos = torch.arange(seq_len, device=anchors.device).expand(n, -1)
         return block_ids.view(n, -1), torch.cat([ctx_pos, block_pos.view(n, -1)], dim=1)
 
+    def block_hidden(self, model: nn.Module, prepared: DFlashPrepared) -> torch.Tensor:
+        """The draft's final hidden states of every block slot, [N, A*B, H] (prepared on the target's device):
+        one target forward for the context features, one draft forward for all blocks."""
+        target, batch = self.target, prepared.batch
+        seq_len = batch.input_ids.shape[1]
+        features = target.context_features(batch.input_ids, self.draft_config.target_layer_ids, batch.attention_mask)
+        block_ids, position_ids = self.block_inputs(prepared)
+        noise = target.embedding(block_ids).to(self.compute_dtype)
+        features = features.to(self.compute_dtype)
+        if self.use_flex:
+            mask = flex_block_mask(prepared.anchors, seq_len, self.block_size)
+        else:
+            mask = dense_mask(prepared.anchors, seq_len, self.block_size)
+        return model(position_ids=position_ids, noise_embedding=noise, target_hidden=features, attention_mask=mask)
+
     def loss(self, model: nn.Module, prepared: DFlashPrepared) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         target = self.target
         device = target.device
@@ -218,16 +240,8 @@ class DFlashStrategy:
             prepared.label_mask.to(device),
         )
         batch = prepared.batch
-        n, seq_len = batch.input_ids.shape
-        features = target.context_features(batch.input_ids, self.draft_config.target_layer_ids, batch.attention_mask)
-        block_ids, position_ids = self.block_inputs(prepared)
-        noise = target.embedding(block_ids).to(self.compute_dtype)
-        features = features.to(self.compute_dtype)
-        if self.use_flex:
-            mask = flex_block_mask(prepared.anchors, seq_len, self.block_size)
-        else:
-            mask = dense_mask(prepared.anchors, seq_len, self.block_size)
-        hidden = model(position_ids=position_ids, noise_embedding=noise, target_hidden=features, attention_mask=mask)
+        n = batch.input_ids.shape[0]
+        hidden = self.block_hidden(model, prepared)
 
         select = prepared.label_mask.view(n, -1)
         slot = torch.arange(self.block_size, device=device).expand_as(prepared.label_mask).reshape(n, -1)[select]
@@ -277,7 +291,9 @@ class DFlashStrategy:
         batch = prepared.batch
         lengths = batch.attention_mask.sum(dim=1)
         if self._target_flops is None:
-            self._target_flops = TargetFlops(targets.decoder_layers(self.target.model), self.target_config)
+            # Only the layers through the last tap run (FrozenTarget.context_features).
+            last = max(self.draft_config.target_layer_ids)
+            self._target_flops = TargetFlops(targets.decoder_layers(self.target.model)[: last + 1], self.target_config)
         blocks = float(prepared.block_valid.sum())
         size = self.block_size
         visible = float((prepared.anchors * prepared.block_valid).sum()) * size + blocks * size * size

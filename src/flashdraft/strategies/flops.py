@@ -1,6 +1,6 @@
 """Useful FLOPs of a DFlash training step (matmuls only), for MFU.
 
-Counted: the target's forward over the real tokens (active parameters: routed experts scaled by
+Counted: the target's forward through its last tapped layer over the real tokens (active parameters: routed experts scaled by
 top-k / experts; causal attention scores), the draft's forward and backward (3x the forward for trained
 weights, 2x where only a weight gradient is needed, i.e. `fc` over frozen features), the sparse
 attention actually allowed by the block mask, and the LM head over supervised slots (forward + the
@@ -83,7 +83,3 @@ def draft_train_flops(
     head = 2 * 2 * hidden * vocab_size * supervised_slots
     return fc + 3 * per_layer * c.num_hidden_layers + head
 
-
-def target_forward_flops(layers: nn.ModuleList, config, lengths: torch.Tensor) -> float:
-    """Forward FLOPs of the target's decoder layers over sequences of `lengths` real tokens."""
-    return TargetFlops(layers, config)(lengths)

@@ -69,7 +69,7 @@ class Trainer:
         pad_multiple = self.strategy.pad_multiple(dist.device)
         if pad_multiple != config.data.pad_to_multiple:
             log.info("batches padded to multiples of %d tokens (data.pad_to_multiple=%d): one compiled "
-                     "attention kernel per padded length", pad_multiple, config.data.pad_to_multiple)
+                     "draft graph per padded length", pad_multiple, config.data.pad_to_multiple)
         self.loader = StepLoader(
             train_set,
             micro_batch=train.micro_batch_size,
