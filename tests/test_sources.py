@@ -132,6 +132,30 @@ def test_reasoning_gym_is_seeded_and_mixed():
     assert set(first["id"]) <= set(longer["id"])
 
 
+def test_stdlib_code_prompts_are_stubs_disjoint_from_humaneval():
+    import ast
+
+    from flashdraft.spec.benchmarks import load_benchmark
+
+    rows = load_chat_dataset("packaged:stdlib_code", limit=200, seed=1)
+    assert rows["messages"] == load_chat_dataset("packaged:stdlib_code", limit=200, seed=1)["messages"]
+    assert rows["messages"] != load_chat_dataset("packaged:stdlib_code", limit=200, seed=2)["messages"]
+    assert len(set(rows["id"])) == 200
+    for (message,) in rows["messages"]:
+        code = message["content"].split("```python\n", 1)[1].removesuffix("\n```")
+        functions = [n for n in ast.walk(ast.parse(code)) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        # exactly one public function, its body only the docstring: the answer has to write it
+        assert len(functions) == 1 and not functions[0].name.startswith("_")
+        assert len(functions[0].body) == 1 and ast.get_docstring(functions[0])
+    stubs = "\n".join(stub for _, stub in sources._stdlib_stubs())
+    assert len(sources._stdlib_stubs()) > 2000
+    for (message,) in load_benchmark("humaneval").prompts:
+        signature = next(line for line in message["content"].splitlines() if line.startswith("def "))
+        assert signature not in stubs
+    with pytest.raises(UserError, match="only packaged:chitchat has an eval split"):
+        load_chat_dataset("packaged:stdlib_code", split="eval")
+
+
 def test_unreachable_hub_dataset_offline(tmp_path):
     code = (
         "from flashdraft.data.sources import load_chat_dataset\n"

@@ -29,6 +29,10 @@ Packaged sources, which need no hub:
   Being generated, they are disjoint from the evaluation sets (GSM8K, HumanEval) by construction; the
   `gsm_symbolic` generator is left out on purpose, because its templates are rewrites of GSM8K test
   questions.
+- `packaged:stdlib_code`: "write the body of this function" prompts, one per documented public
+  function or method of the running Python's standard library (3,985 on Python 3.11; the exact set depends
+  on the Python version). The prompt is the signature and docstring. HumanEval's problems are not in the
+  standard library, so the two are disjoint.
 - `packaged:chitchat`: the `chitchat-dataset` package's human conversations as alternating user /
   assistant turns. The conversation at position i in sorted-key order belongs to the EVAL split when
   i % 10 == 0 and to TRAIN otherwise; training and warmup only ever read TRAIN.
@@ -36,10 +40,14 @@ Packaged sources, which need no hub:
 
 from __future__ import annotations
 
+import ast
+import copy as copy_module
+import functools
 import json
 import math
 import random
 import re
+import sysconfig
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +79,11 @@ REASONING_GYM_TASKS = (
     "gcd",
     "lcm",
 )
+# packaged:stdlib_code: test suites and demos are left out; docstrings outside this length are either
+# placeholders or whole manuals.
+STDLIB_SKIP_DIRS = {"test", "tests", "idlelib", "lib2to3", "turtledemo", "site-packages", "dist-packages", "__pycache__"}
+STDLIB_DOC_CHARS = (30, 1500)
+STDLIB_CODE_PROMPT = "Write the body of this Python function:\n```python\n{stub}\n```"
 # How many problems `packaged:reasoning_gym` holds (or the limit, when that is larger).
 REASONING_GYM_SIZE = 10_000
 CHITCHAT_EVAL_EVERY = 10
@@ -252,15 +265,20 @@ class _Source:
         raise NotImplementedError
 
 
+def _sample_in_order(items: list, count: int, rng: random.Random) -> list:
+    """`count` of `items` chosen by `rng`, in their original order (all of them when count covers it)."""
+    if count == len(items):
+        return items
+    return [items[i] for i in sorted(rng.sample(range(len(items)), count))]
+
+
 class _ListSource(_Source):
     def __init__(self, spec: DatasetSpec, rows: list[dict]):
         super().__init__(spec, len(rows))
         self.rows = rows
 
     def take(self, count: int, rng: random.Random) -> list[dict]:
-        if count == len(self.rows):
-            return self.rows
-        return [self.rows[i] for i in sorted(rng.sample(range(len(self.rows)), count))]
+        return _sample_in_order(self.rows, count, rng)
 
 
 class _ReasoningGym(_Source):
@@ -300,15 +318,62 @@ class _Chitchat(_Source):
         super().__init__(spec, len(self.conversations))
 
     def take(self, count: int, rng: random.Random) -> list[dict]:
-        picked = (
-            self.conversations
-            if count == len(self.conversations)
-            else [self.conversations[i] for i in sorted(rng.sample(range(len(self.conversations)), count))]
-        )
+        picked = _sample_in_order(self.conversations, count, rng)
         return [{"id": f"chitchat/{key}", "source": self.spec.text, "messages": m} for key, m in picked]
 
 
-_PACKAGED = {"reasoning_gym": _ReasoningGym, "chitchat": _Chitchat}
+class _StdlibCode(_Source):
+    def __init__(self, spec: DatasetSpec, split: str, seed: int, limit: int | None):
+        self.stubs = _stdlib_stubs()
+        super().__init__(spec, len(self.stubs))
+
+    def take(self, count: int, rng: random.Random) -> list[dict]:
+        return [{"id": f"stdlib_code/{key}", "source": self.spec.text,
+                 "messages": [{"role": "user", "content": STDLIB_CODE_PROMPT.format(stub=stub)}]}
+                for key, stub in _sample_in_order(self.stubs, count, rng)]
+
+
+_PACKAGED = {"reasoning_gym": _ReasoningGym, "chitchat": _Chitchat, "stdlib_code": _StdlibCode}
+
+
+@functools.cache
+def _stdlib_stubs() -> list[tuple[str, str]]:
+    """(key, stub) for every documented public function and method of the running Python's standard
+    library, in path order: the signature and docstring only, the body left for the answer."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    stubs = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root)
+        if set(relative.parts[:-1]) & STDLIB_SKIP_DIRS:
+            continue
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue  # a few files are deliberately broken or not UTF-8
+        module = ".".join(relative.with_suffix("").parts)
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                for method in node.body:
+                    if stub := _stub(method, dedent=4):
+                        body = "\n".join("    " + line if line else line for line in stub.splitlines())
+                        stubs.append((f"{module}.{node.name}.{method.name}", f"class {node.name}:\n{body}"))
+            elif stub := _stub(node):
+                stubs.append((f"{module}.{node.name}", stub))
+    return stubs
+
+
+def _stub(node: ast.AST, dedent: int = 0) -> str | None:
+    """`def name(args): "docstring"` for a public, documented function with a real body, else None.
+    `dedent` strips a method's extra indentation from its docstring's lines."""
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name.startswith("_"):
+        return None
+    doc = ast.get_docstring(node, clean=False)
+    if not doc or not STDLIB_DOC_CHARS[0] <= len(doc.strip()) <= STDLIB_DOC_CHARS[1] or len(node.body) < 2:
+        return None
+    copy = copy_module.copy(node)
+    copy.body = [ast.Expr(ast.Constant(doc.replace("\n" + " " * dedent, "\n")))]
+    copy.decorator_list = []
+    return ast.unparse(copy)
 
 
 def _chitchat_conversations(split: str) -> list[tuple[str, list[dict]]]:
