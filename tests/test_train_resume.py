@@ -26,6 +26,9 @@ def test_killed_and_resumed_equals_uninterrupted(tiny_target, tmp_path):
     done = run_cli(["train", *tiny_train_args(target, data, whole, **common)], cpu=True)
     assert done.returncode == 0, done.stderr[-3000:]
 
+    # An earlier run without checkpoints left a log in the folder: the fresh run must not append to it.
+    broken.mkdir()
+    (broken / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 123.0}) + "\n")
     crashed = run_cli(["train", *tiny_train_args(target, data, broken, **common)],
                       env={"FLASHDRAFT_CRASH_AFTER_STEP": "3"}, cpu=True)
     assert crashed.returncode == 17, crashed.stderr[-3000:]

@@ -35,7 +35,8 @@ class MetricsLog:
         self.path, self.run, self.enabled = path, run, enabled
 
     def truncate_after(self, step: int) -> None:
-        """Drop lines of steps after `step` (written by a run that died before its next checkpoint)."""
+        """Drop lines of steps after `step`: all of them for a fresh run (step 0), those a run that died
+        before its next checkpoint wrote for a resumed one."""
         if not self.enabled or not self.path.is_file():
             return
         kept = [line for line in self.path.read_text().splitlines() if json.loads(line).get("step", 0) <= step]

@@ -145,7 +145,9 @@ class Trainer:
                     log.warning("resuming with a global batch of %d instead of %d: the data order from step %d on "
                                 "differs from the original run's", self.loader.global_batch,
                                 state["data"]["global_batch"], start)
-                metrics.truncate_after(start)
+            # Resumed: drop what a dead run logged after its last checkpoint. Fresh: a new log, not one
+            # appended to an earlier run's in the same folder.
+            metrics.truncate_after(start)
             crash_after = int(os.environ.get(CRASH_ENV, 0)) or None
 
             recent: deque = deque(maxlen=SUMMARY_WINDOW)
