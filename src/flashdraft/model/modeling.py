@@ -157,7 +157,8 @@ class DFlashDraftModel(PreTrainedModel):
         return self.config.target_layer_ids
 
     def compile_layers(self) -> None:
-        """torch.compile each decoder layer: one fused graph per layer instead of ~40 eager kernels.
+        """torch.compile each decoder layer: its norms, rotary embedding and activations fuse into a few
+        kernels instead of running as separate eager ones.
 
         Per layer, not the whole model, so FSDP2's per-layer hooks stay eager around each compiled
         layer. Layers 1.. share one graph (layer 0 differs only in taking a frozen input); every new
