@@ -13,10 +13,10 @@ import torch
 
 from flashdraft.config import Config, from_dict
 from flashdraft.data import Batch
+from flashdraft.spec.proposers import DraftProposer
 from flashdraft.strategies.dflash import DFlashStrategy
 from flashdraft.target import FrozenTarget
 from test_spec_decoding import PROMPT_LEN, make_draft, make_target, prompt, run_spec
-from flashdraft.spec.proposers import DraftProposer
 
 
 class RecordingProposer(DraftProposer):
@@ -49,7 +49,8 @@ def test_drafted_blocks_equal_the_training_forward(model_type):
     strategy.target = FrozenTarget(target)
     anchors = torch.tensor([[start for start, _ in proposer.steps]])
     length = sequence.shape[1]
-    # Blocks that run past the sequence end read padding there; compare the slots inside it only.
+    # Blocks near the end reach past the sequence: pad it (a block reads only its anchor token and
+    # context before the anchor, so the padding changes no logits).
     padded = torch.nn.functional.pad(sequence, (0, block))
     batch = Batch(padded, (torch.arange(length + block) < length).long()[None],
                   torch.zeros_like(padded, dtype=torch.bool), torch.tensor([0]))

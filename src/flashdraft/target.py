@@ -184,10 +184,14 @@ def require_fast_path(config) -> None:
         )
 
 
+def _decoder(model: nn.Module) -> nn.Module:
+    """The module that holds the decoder layers (the model itself where it has no `get_decoder`)."""
+    return model.get_decoder() if hasattr(model, "get_decoder") else model
+
+
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
     """The target's stack of decoder layers (llama, qwen3, nemotron_h and most HF causal LMs)."""
-    base = model.get_decoder() if hasattr(model, "get_decoder") else model
-    layers = getattr(base, "layers", None)
+    layers = getattr(_decoder(model), "layers", None)
     if not isinstance(layers, nn.ModuleList):
         raise UserError(
             f"cannot find the decoder layers of {type(model).__name__} (expected `.model.layers`)"
@@ -228,13 +232,12 @@ def layers_through(model: nn.Module, last: int) -> Iterator[None]:
     Qwen3-8B's 36 in the recipes), so their forward is pure waste. HF decoders loop over `.layers`, so
     a shorter list for the duration of the forward is all it takes; the full list comes back after.
     """
-    base = model.get_decoder() if hasattr(model, "get_decoder") else model
     full = decoder_layers(model)
-    base.layers = full[: last + 1]
+    _decoder(model).layers = full[: last + 1]
     try:
         yield
     finally:
-        base.layers = full
+        _decoder(model).layers = full
 
 
 def concat_taps(captured: dict[int, torch.Tensor], layer_ids: Sequence[int]) -> torch.Tensor:
