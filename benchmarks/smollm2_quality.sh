@@ -27,25 +27,28 @@ set_common() {  # COMMON: the training settings shared by the checks and the mai
   COMMON=(--config smollm2_135m "target.name_or_path=$(cat "$work/target_path")" target.dtype=bfloat16
           "data.train=[${answers%,}]" data.limit=null
           data.max_length=512 data.eval_samples=64 strategy.num_anchors=64 "strategy.attention=${ATTENTION:-flex}"
-          train.micro_batch_size=8 train.epochs=100 train.checkpoint_every=100000)
+          train.micro_batch_size=32 train.epochs=100 train.checkpoint_every=100000)
 }
 
 case $phase in
 warmup)
   gguf=$2 data=$3 work=$4
   mkdir -p "$work"
-  # Greedy answers from the target itself, one process per prompt shard, spread over the GPUs given.
+  # Greedy answers from the target itself, one process per prompt file, spread over the GPUs given.
   # A 135M model's decode step is mostly per-step overhead, so processes side by side add throughput:
   # two shards on one H200 made about 1,600 answer tokens/s at 128 rows a batch, 4,140 at 384.
+  # prompts_NAME.jsonl answers go to warmup_NAME; a shard whose warmup finished before is not redone
+  # (flashdraft warmup finds its manifest and returns).
   IFS=, read -ra gpus <<< "${CUDA_VISIBLE_DEVICES:-0}"
-  pids=() shard=0
+  pids=() n=0
   for prompts in "$data"/prompts_*.jsonl; do
-    CUDA_VISIBLE_DEVICES=${gpus[shard % ${#gpus[@]}]} \
+    shard=$(basename "$prompts" .jsonl); shard=${shard#prompts_}
+    CUDA_VISIBLE_DEVICES=${gpus[n % ${#gpus[@]}]} \
       run flashdraft warmup --target "$gguf" --prompts "$prompts" \
       --output "$work/warmup_$shard" --cache-dir "$work/cache_$shard" --max-new-tokens 256 \
       --temperature 0 --batch-size 384 --backend transformers > "$work/warmup_$shard.log" 2>&1 &
     pids+=($!)
-    shard=$((shard + 1))
+    n=$((n + 1))
   done
   wait_all "${pids[@]}"
   python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['target_path'])" \
@@ -55,7 +58,9 @@ check)
   nproc=$2 work=$4
   steps=${CHECK_STEPS:-60}
   set_common "$work"
-  # Same global batch (16 samples) and data order either way: 1 GPU x 2 accumulation or 2 GPUs x 1.
+  # Same global batch (64 samples) and data order either way: 1 GPU x 2 accumulation or 2 GPUs x 1.
+  # 32 samples a micro-batch: at 8 the step was launch-bound (a probe on one H200: 104 samples/s at
+  # 8 x 2, 294 at 32 x 1, 332 at 64 x 1; benchmarks/RESULTS.md section 4).
   run python3 -m torch.distributed.run --standalone --nproc-per-node "$nproc" -m flashdraft.cli train \
     "${COMMON[@]}" "train.grad_accum_steps=$((2 / nproc))" "train.max_steps=$steps" \
     train.eval_every=0 train.log_every=5 "train.output_dir=$work/check_${nproc}gpu" > "$work/check_${nproc}gpu.log" 2>&1
@@ -77,18 +82,19 @@ evaluate)
   target=$(cat "$work/target_path")
   mkdir -p "$work/results"
   # float32: the lossless check is exact there. Two processes side by side, one per GPU where two are
-  # given (each then times its decoding on a GPU of its own).
+  # given (each then times its decoding on a GPU of its own). The held-out prompts of the training
+  # sources run too: they show what the draft reaches where training and traffic match.
   IFS=, read -ra gpus <<< "${CUDA_VISIBLE_DEVICES:-0}"
-  pids=()
-  CUDA_VISIBLE_DEVICES=${gpus[0]} run flashdraft evaluate --draft "$work/main/export" --target "$target" \
-    --bench "$data/gsm8k.jsonl" --max-new-tokens 192 --dtype float32 --device "${DEVICE:-cuda}" \
-    --output "$work/results/eval_gsm8k/report.json" > "$work/results/eval_gsm8k.log" 2>&1 &
-  pids+=($!)
-  CUDA_VISIBLE_DEVICES=${gpus[$((1 % ${#gpus[@]}))]} run flashdraft evaluate --draft "$work/main/export" --target "$target" \
-    --bench "$data/humaneval.jsonl" "$data/chat.jsonl" --max-new-tokens 192 --dtype float32 \
-    --device "${DEVICE:-cuda}" --output "$work/results/eval_humaneval_chat/report.json" \
-    > "$work/results/eval_humaneval_chat.log" 2>&1 &
-  pids+=($!)
+  pids=() n=0
+  for group in "gsm8k heldout_word heldout_gym" "humaneval chat heldout_code"; do
+    benches=() name=eval
+    for b in $group; do benches+=("$data/$b.jsonl"); name+=_$b; done
+    CUDA_VISIBLE_DEVICES=${gpus[n % ${#gpus[@]}]} run flashdraft evaluate --draft "$work/main/export" \
+      --target "$target" --bench "${benches[@]}" --max-new-tokens 192 --dtype float32 \
+      --device "${DEVICE:-cuda}" --output "$work/results/$name/report.json" > "$work/results/$name.log" 2>&1 &
+    pids+=($!)
+    n=$((n + 1))
+  done
   wait_all "${pids[@]}"
   ;;
 all)

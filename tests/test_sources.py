@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -116,7 +117,7 @@ def test_chitchat_train_and_eval_split():
     assert all(p[-1]["role"] == "user" and sum(m["role"] == "user" for m in p) == 2 for p in prompts)
     eval_texts = {m["content"] for ms in evaluation["messages"] for m in ms}
     assert all(p[0]["content"] in eval_texts for p in prompts)
-    with pytest.raises(UserError, match="only packaged:chitchat has an eval split"):
+    with pytest.raises(UserError, match="only packaged:chitchat and packaged:word_problems have an eval split"):
         load_chat_dataset("packaged:reasoning_gym", split="eval")
 
 
@@ -152,8 +153,33 @@ def test_stdlib_code_prompts_are_stubs_disjoint_from_humaneval():
     for (message,) in load_benchmark("humaneval").prompts:
         signature = next(line for line in message["content"].splitlines() if line.startswith("def "))
         assert signature not in stubs
-    with pytest.raises(UserError, match="only packaged:chitchat has an eval split"):
+    with pytest.raises(UserError, match="only packaged:chitchat and packaged:word_problems have an eval split"):
         load_chat_dataset("packaged:stdlib_code", split="eval")
+
+
+def test_word_problems_are_whole_number_problems_disjoint_from_gsm8k():
+    from flashdraft.data.word_problems import TEMPLATES, word_problem
+    from flashdraft.spec.benchmarks import load_benchmark
+
+    # Every template, many draws: the story never goes negative and the answer is a whole number
+    # (a template that let the pizza guests eat more slices than there are would fail here).
+    for split in ("train", "eval"):
+        for i in range(300 * len(TEMPLATES)):
+            problem = word_problem(split, 0, i)
+            assert type(problem.answer) is int and problem.answer > 0, problem
+            assert not re.search(r"(?<![\w.])-\d", problem.question), problem  # no negative quantities
+    train = load_chat_dataset("packaged:word_problems", limit=2000, seed=0)
+    assert train["messages"] == load_chat_dataset("packaged:word_problems", limit=2000, seed=0)["messages"]
+    assert {i.split("/")[-1] for i in train["id"][: len(TEMPLATES)]} == {str(i) for i in range(len(TEMPLATES))}
+    assert {word_problem("train", 0, i).template for i in range(len(TEMPLATES))} == set(TEMPLATES)
+    questions = {m[0]["content"] for m in train["messages"]}
+    assert len(questions) > 1950  # names and numbers vary enough that repeats are rare
+    evaluation = load_chat_dataset("packaged:word_problems", split="eval", limit=2000, seed=0)
+    assert not questions & {m[0]["content"] for m in evaluation["messages"]}
+    # a longer stream starts with the same problems
+    assert load_chat_dataset("packaged:word_problems", limit=50, seed=0)["messages"] == train["messages"][:50]
+    gsm8k = {m[0]["content"] for m in load_benchmark("gsm8k").prompts}
+    assert not any(q in p for q in questions for p in gsm8k)
 
 
 def test_unreachable_hub_dataset_offline(tmp_path):

@@ -4,7 +4,7 @@ A dataset spec is one string; a list of specs is a mixture.
 
     SPEC    := SOURCE [ "@" WEIGHT ]
     SOURCE  := FILE                         a local .jsonl / .json / .parquet file
-             | "packaged:" NAME             packaged, offline: reasoning_gym | chitchat
+             | "packaged:" NAME             packaged, offline: reasoning_gym | stdlib_code | word_problems | chitchat
              | ORG "/" NAME [ "/" CONFIG ] [ ":" SPLIT ]     a hub dataset (split defaults to train)
 
 Examples: `prompts.jsonl`, `packaged:chitchat@0.3`, `HuggingFaceH4/ultrachat_200k:train_sft`,
@@ -33,6 +33,9 @@ Packaged sources, which need no hub:
   function or method of the running Python's standard library (3,985 on Python 3.11; the exact set depends
   on the Python version). The prompt is the signature and docstring. HumanEval's problems are not in the
   standard library, so the two are disjoint.
+- `packaged:word_problems`: grade-school arithmetic word problems from flashdraft's own templates
+  (`flashdraft.data.word_problems`), seeded; GSM8K-like in form, sharing none of its questions. Its EVAL
+  split names protagonists that TRAIN never uses, so the two share no question.
 - `packaged:chitchat`: the `chitchat-dataset` package's human conversations as alternating user /
   assistant turns. The conversation at position i in sorted-key order belongs to the EVAL split when
   i % 10 == 0 and to TRAIN otherwise; training and warmup only ever read TRAIN.
@@ -54,6 +57,7 @@ from pathlib import Path
 
 import datasets
 
+from flashdraft.data.word_problems import word_problem
 from flashdraft.errors import UserError
 
 PACKAGED_PREFIX = "packaged:"
@@ -84,8 +88,9 @@ REASONING_GYM_TASKS = (
 STDLIB_SKIP_DIRS = {"test", "tests", "idlelib", "lib2to3", "turtledemo", "site-packages", "dist-packages", "__pycache__"}
 STDLIB_DOC_CHARS = (30, 1500)
 STDLIB_CODE_PROMPT = "Write the body of this Python function:\n```python\n{stub}\n```"
-# How many problems `packaged:reasoning_gym` holds (or the limit, when that is larger).
+# How many problems `packaged:reasoning_gym` / `packaged:word_problems` hold (or the limit, when larger).
 REASONING_GYM_SIZE = 10_000
+WORD_PROBLEMS_SIZE = 10_000
 CHITCHAT_EVAL_EVERY = 10
 
 _HUB = re.compile(r"^(?P<repo>[\w.-]+/[\w.-]+)(?:/(?P<config>[\w.-]+))?(?::(?P<split>[\w.\[\]%:-]+))?$")
@@ -149,8 +154,8 @@ def load_chat_dataset(
 ) -> datasets.Dataset:
     """Rows `{"id", "source", "messages"}` for one spec or a mixture (see the module docstring).
 
-    `split` picks the partition of the packaged sources ("train" or "eval"; only `packaged:chitchat`
-    has an eval partition). Files and hub datasets are used as the spec names them.
+    `split` picks the partition of the packaged sources ("train" or "eval"; only `packaged:chitchat` and
+    `packaged:word_problems` have an eval partition). Files and hub datasets are used as the spec names them.
     """
     if split not in SPLITS:
         raise UserError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
@@ -166,10 +171,11 @@ def load_chat_dataset(
             "give a weight (@W) to every spec of a mixture or to none: " + ", ".join(texts)
         )
     if split == "eval":
-        bad = [s.text for s in specs if not (s.kind == "packaged" and s.name == "chitchat")]
+        bad = [s.text for s in specs if not (s.kind == "packaged" and s.name in EVAL_SPLIT_SOURCES)]
         if bad:
             raise UserError(
-                f"only packaged:chitchat has an eval split; {', '.join(bad)} are used as their spec names them"
+                f"only {' and '.join('packaged:' + n for n in EVAL_SPLIT_SOURCES)} have an eval split; "
+                f"{', '.join(bad)} are used as their spec names them"
             )
     sources = [_Source.open(s, split, seed, limit) for s in specs]
     counts = _shares(sources, limit, all(weighted))
@@ -333,7 +339,20 @@ class _StdlibCode(_Source):
                 for key, stub in _sample_in_order(self.stubs, count, rng)]
 
 
-_PACKAGED = {"reasoning_gym": _ReasoningGym, "chitchat": _Chitchat, "stdlib_code": _StdlibCode}
+class _WordProblems(_Source):
+    def __init__(self, spec: DatasetSpec, split: str, seed: int, limit: int | None):
+        super().__init__(spec, max(WORD_PROBLEMS_SIZE, limit or 0))
+        self.split, self.seed = split, seed
+
+    def take(self, count: int, rng: random.Random) -> list[dict]:
+        return [{"id": f"word_problems/{self.split}/{self.seed}/{i}", "source": self.spec.text,
+                 "messages": [{"role": "user", "content": word_problem(self.split, self.seed, i).question}]}
+                for i in range(count)]
+
+
+_PACKAGED = {"reasoning_gym": _ReasoningGym, "chitchat": _Chitchat, "stdlib_code": _StdlibCode,
+             "word_problems": _WordProblems}
+EVAL_SPLIT_SOURCES = ("chitchat", "word_problems")
 
 
 @functools.cache
