@@ -139,12 +139,14 @@ def _homework_hours(r: random.Random, name: str) -> tuple[str, int]:
         weekday, saturday = r.choice((20, 30, 40, 45, 50, 60)), r.choice((30, 60, 90, 120))
         if (weekday * 5 + saturday) * weeks % 60 == 0:
             break
+    hours = (weekday * 5 + saturday) * weeks // 60
     return (f"{name} spends {weekday} minutes on homework every weekday and {saturday} minutes on "
-            f"Saturday. How many hours of homework does {name} do in {weeks} weeks?"), (weekday * 5 + saturday) * weeks // 60
+            f"Saturday. How many hours of homework does {name} do in {weeks} weeks?"), hours
 
 
 def _tickets(r: random.Random, name: str) -> tuple[str, int]:
-    adult, child, adults, kids, parking = r.randint(8, 25), r.randint(4, 12), r.randint(1, 3), r.randint(1, 5), r.randint(5, 15)
+    adult, child, parking = r.randint(8, 25), r.randint(4, 12), r.randint(5, 15)
+    adults, kids = r.randint(1, 3), r.randint(1, 5)
     return (f"Tickets to the zoo cost ${adult} for an adult and ${child} for a child. {name} goes with "
             f"{adults} adult{'s' if adults > 1 else ''} (counting {name}) and {kids} "
             f"child{'ren' if kids > 1 else ''}, and parking costs ${parking}. How much does the trip cost "
@@ -179,14 +181,16 @@ def _pizza(r: random.Random, name: str) -> tuple[str, int]:
     while people * each >= pizzas * slices:
         people -= 1
     return (f"{name} orders {pizzas} pizzas for a party, each cut into {slices} slices. {people} people "
-            f"eat {each} slice{'s' if each > 1 else ''} each. How many slices are left over?"), pizzas * slices - people * each
+            f"eat {each} slice{'s' if each > 1 else ''} each. How many slices are left over?"), \
+        pizzas * slices - people * each
 
 
 def _budget(r: random.Random, name: str) -> tuple[str, int]:
     rent, food_pct = r.randint(4, 12) * 100, r.choice((10, 20, 25, 50))
     rest = r.randint(4, 20) * 100
     return (f"{name} earns ${rent + rest} a month and pays ${rent} for rent. {name} spends {food_pct}% of "
-            f"what is left on food. How much money does {name} have after rent and food?"), rest * (100 - food_pct) // 100
+            f"what is left on food. How much money does {name} have after rent and food?"), \
+        rest * (100 - food_pct) // 100
 
 
 def _tank(r: random.Random, name: str) -> tuple[str, int]:
@@ -201,7 +205,8 @@ def _bake_sale(r: random.Random, name: str) -> tuple[str, int]:
     trays, per_tray, price, left = r.randint(2, 6), r.randint(6, 24), r.randint(1, 4), r.randint(0, 10)
     left = min(left, trays * per_tray - 1)
     return (f"{name} bakes {trays} trays of {many} with {per_tray} on each tray and sells them for ${price} "
-            f"each. At the end of the day {left} are left. How much money did {name} make?"), (trays * per_tray - left) * price
+            f"each. At the end of the day {left} are left. How much money did {name} make?"), \
+        (trays * per_tray - left) * price
 
 
 TEMPLATES: dict[str, Callable[[random.Random, str], tuple[str, int]]] = {
