@@ -104,10 +104,9 @@ def main() -> None:
 
     for stale in args.out.glob("prompts_*.jsonl"):  # a rerun with fewer shards must not leave old ones
         stale.unlink()
-    for shard in range(args.shards):
-        write_jsonl(args.out / f"prompts_{shard}.jsonl", rows[shard :: args.shards])
-    for shard in range(args.word_problem_shards):
-        write_jsonl(args.out / f"prompts_wp_{shard}.jsonl", words[shard :: args.word_problem_shards])
+    for prefix, part, shards in (("prompts_", rows, args.shards), ("prompts_wp_", words, args.word_problem_shards)):
+        for shard in range(shards):
+            write_jsonl(args.out / f"{prefix}{shard}.jsonl", part[shard::shards])
     print(f"{len(rows)} general training prompts ({len(train) - len(rows)} equal to an evaluation prompt "
           f"dropped) and {len(words)} word problems; {args.eval_prompts} per benchmark, in {args.out}")
 
