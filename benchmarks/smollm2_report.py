@@ -143,6 +143,8 @@ def markdown(rows: list[dict], check: dict | None, main_summary: dict) -> str:
                    f"| {fmt(r['dflash_speedup'], suffix='x')} "
                    f"| {fmt(r['prompt_lookup_tau'])} | {fmt(r['prompt_lookup_speedup'], suffix='x')} "
                    f"| {fmt(r['plain_tokens_per_s'], '.1f')} | {fmt(r['lossless'], '.0%')} |")
+    devices = sorted({f"{r['device']} ({r['dtype']})" for r in rows})
+    out += ["", f"Decoding ran on {', '.join(devices)}; speedups hold for that device only."]
     out += ["", "Plain decoding is tau 1 and speedup 1x by definition. DFlash acceptance of draft slots 1-8 "
             "(share of verify steps that accept at least that many drafted tokens):", ""]
     out += [f"- {r['benchmark']}: " + ", ".join(fmt(a) for a in r["slot_acceptance"][:8]) for r in rows]
