@@ -1,0 +1,85 @@
+"""Teacher-forced expected tau of a trained draft on held-out chat data, next to what decoding reaches.
+
+    python benchmarks/heldout_tau.py --config RECIPE --draft EXPORT --eval NAME=SPEC [NAME=SPEC ...] \
+        --out FILE.json [-- key=value ...]
+
+For each NAME=SPEC (a dataset spec as `data.eval` takes: a .jsonl of `messages` rows, a packaged source,
+a hub dataset) this computes the numbers the trainer logs as `eval_*` (loss, per-slot accuracy, expected
+tau = 1 + sum_k prod_{j<=k} a_j over the slots' conditional acceptance), with the draft of EXPORT and the
+recipe's settings (max length, anchors, block size; key=value overrides as for `flashdraft train`, e.g.
+target.name_or_path=... target.dtype=float32 strategy.attention=sdpa on a CPU), one sample a batch. The
+trainer's own evaluation code runs, so the numbers are those a training run would log for that data.
+
+Why: a training run's held-out expected tau can sit far above the tau that speculative decoding reaches
+(benchmarks/RESULTS.md section 4). Scoring the target's own answers to the decoding prompts separates a
+difference in the data from a difference between the two measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+
+def parse_evals(items: list[str]) -> dict[str, str]:
+    evals = {}
+    for item in items:
+        name, sep, spec = item.partition("=")
+        if not sep or not name or not spec:
+            raise SystemExit(f"error: --eval {item!r} is not NAME=SPEC (e.g. heldout_word=answers.jsonl)")
+        if name in evals:
+            raise SystemExit(f"error: --eval names {name!r} twice; give each set its own name")
+        evals[name] = spec
+    return evals
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", help="the recipe or YAML the draft was trained with (e.g. smollm2_135m)")
+    parser.add_argument("--draft", type=Path, required=True, help="an exported draft folder (train.output_dir/export)")
+    parser.add_argument("--eval", nargs="+", required=True, metavar="NAME=SPEC", help="held-out sets to score")
+    parser.add_argument("--out", type=Path, required=True, help="JSON file for the numbers")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+    args = parser.parse_args(argv)
+    evals = parse_evals(args.eval)
+    if not (args.draft / "config.json").is_file():
+        raise SystemExit(f"error: {args.draft} has no config.json; give the export folder of a training run")
+
+    from flashdraft.config import load_config
+    from flashdraft.train.distributed import teardown
+    from flashdraft.train.trainer import Trainer
+
+    results = {}
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            for name, spec in evals.items():
+                # The trainer needs a train set to build; the eval set doubles as it and nothing trains.
+                # One sample a batch, so that a set smaller than the recipe's batch still builds (anchors
+                # are drawn per sample, so the batch size does not change the numbers).
+                config = load_config(args.config, [*args.overrides, f"draft.init_from={args.draft}",
+                                                   f"data.train={spec}", f"data.eval={spec}", "data.limit=null",
+                                                   "data.eval_samples=0", "train.micro_batch_size=1",
+                                                   "train.grad_accum_steps=1", f"train.output_dir={scratch}/{name}"])
+                trainer = Trainer(config, recipe=args.config)
+                if not trainer.eval_set:
+                    raise SystemExit(f"error: {name}: no sample of {spec} has enough supervised tokens to score")
+                scores = trainer.evaluate()
+                scores["samples"] = sum(int(b.input_ids.shape[0]) for b in trainer.eval_set)
+                results[name] = {"spec": spec, **scores}
+                print(f"{name}: expected tau {scores['eval_tau']:.2f}, loss {scores['eval_loss']:.3f}, "
+                      f"{scores['samples']} samples", flush=True)
+    finally:
+        teardown()
+    tmp = args.out.with_name(f".{args.out.name}.tmp")
+    tmp.write_text(json.dumps({"draft": str(args.draft), "config": args.config, "overrides": args.overrides,
+                               "results": results}, indent=1))
+    os.replace(tmp, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
