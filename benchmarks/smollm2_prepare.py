@@ -30,7 +30,7 @@ import json
 from pathlib import Path
 
 from flashdraft.data.sources import load_chat_dataset
-from flashdraft.spec.benchmarks import GSM8K_PROMPT, load_benchmark
+from flashdraft.decoding.benchmarks import GSM8K_PROMPT, load_benchmark
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:

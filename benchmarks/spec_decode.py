@@ -33,10 +33,10 @@ from transformers import AutoModelForCausalLM, Qwen3Config
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from flashdraft.model import DFlashDraftConfig, DFlashDraftModel  # noqa: E402
-from flashdraft.spec.decoding import autoregressive_generate, speculative_generate  # noqa: E402
-from flashdraft.spec.graphs import StepGraphs  # noqa: E402
-from flashdraft.spec.proposers import DraftProposer  # noqa: E402
-from flashdraft.spec.target_runner import TargetRunner  # noqa: E402
+from flashdraft.decoding.decoding import autoregressive_generate, speculative_generate  # noqa: E402
+from flashdraft.decoding.graphs import StepGraphs  # noqa: E402
+from flashdraft.decoding.proposers import DraftProposer  # noqa: E402
+from flashdraft.decoding.target_runner import TargetRunner  # noqa: E402
 
 SHAPES = {
     # Qwen3-8B and the z-lab Qwen3-8B DFlash draft (dflash-reference.md section 2).

@@ -12,7 +12,7 @@ the target is replicated or FSDP2-sharded (--shard-target), as in the trainer. V
   naive    - dense boolean mask with SDPA + full [tokens x vocab] logits (the ratio baseline; OOM is reported)
 The target runs through its last tapped layer only (FrozenTarget.context_features); its forward is also
 timed through all layers, side by side. --samples takes a list (2,4): one run per micro-batch size.
-MFU = useful FLOPs (flashdraft.strategies.flops: target forward + draft forward/backward + LM head,
+MFU = useful FLOPs (flashdraft.objectives.flops: target forward + draft forward/backward + LM head,
 matmuls only, sparse attention counted as masked) / step time / (GPUs x 780 TFLOP/s, the measured bf16
 matmul rate of an H200; override with --peak-tflops).
 
@@ -44,8 +44,9 @@ from transformers import AutoModelForCausalLM, NemotronHConfig, Qwen3Config
 from flashdraft.config import Config, TrainConfig, from_dict
 from flashdraft.data import Batch
 from flashdraft.model import DFlashDraftConfig, DFlashDraftModel
-from flashdraft.strategies.dflash import DFlashStrategy
-from flashdraft.target import FrozenTarget, decoder_layers, fast_path_status
+from flashdraft.objectives.dflash import DFlashStrategy
+from flashdraft.target.fast_path import fast_path_status
+from flashdraft.target.frozen import FrozenTarget, decoder_layers
 from flashdraft.train.distributed import setup, shard, shard_frozen, teardown
 from flashdraft.train.optim import build_optimizer
 from flashdraft.train.step import accumulate_gradients

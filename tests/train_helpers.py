@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
+# Scripts under tests/<package>/ run as subprocesses import these helpers from here.
+TESTS = str(Path(__file__).resolve().parent)
 
 
 def alphabet_chats(path: Path, rows: int, length: int = 48, seed: int = 0) -> Path:
@@ -41,7 +43,7 @@ def tiny_train_args(target: Path, data: Path, output: Path, **overrides) -> list
 def cpu_env(**extra: str) -> dict:
     """The environment of a CPU subprocess: one thread, and no GPU even where there is one (the CPU
     tests rely on the CPU path: dense mask, fp32, deterministic kernels)."""
-    return {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", **extra}
+    return {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": TESTS, **extra}
 
 
 def run_cli(args: list[str], *, env: dict | None = None, torchrun: int = 0, cpu: bool = False, timeout: int = 300):

@@ -33,7 +33,7 @@ def dllm_evaluate(
     import json
     import os
 
-    from flashdraft.tracking import use_step_environment
+    from flashdraft.tracking.runs import use_step_environment
 
     use_step_environment(mlflow_tracking_uri, mlflow_experiment, parent_run_id)
     from flashdraft.cli import main

@@ -23,7 +23,7 @@ def draft_init(
         recipe: recipe name or YAML whose `draft` section shapes the draft (empty: shapes from the target).
         workspace: the run's shared volume (`dsl.WORKSPACE_PATH_PLACEHOLDER`); the target cache lives there.
     """
-    from flashdraft.tracking import use_step_environment
+    from flashdraft.tracking.runs import use_step_environment
 
     use_step_environment(mlflow_tracking_uri, mlflow_experiment, parent_run_id, workspace)
     from flashdraft.cli import main

@@ -39,7 +39,7 @@ def promote(
     import tempfile
     from collections import namedtuple
 
-    from flashdraft.tracking import use_step_environment
+    from flashdraft.tracking.runs import use_step_environment
 
     use_step_environment(mlflow_tracking_uri, mlflow_experiment, parent_run_id)
     from flashdraft.cli import main

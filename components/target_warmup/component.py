@@ -34,7 +34,7 @@ def target_warmup(
     import os
     from collections import namedtuple
 
-    from flashdraft.tracking import use_step_environment
+    from flashdraft.tracking.runs import use_step_environment
 
     use_step_environment(mlflow_tracking_uri, mlflow_experiment, parent_run_id, workspace)
     from flashdraft.cli import main

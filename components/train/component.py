@@ -52,10 +52,10 @@ def train(
     import os
     import shutil
 
-    from flashdraft.tracking import use_step_environment
+    from flashdraft.tracking.runs import use_step_environment
 
     use_step_environment(mlflow_tracking_uri, mlflow_experiment, parent_run_id, workspace)
-    from flashdraft.train_launch import run_training
+    from flashdraft.launch.local import run_training
 
     settings = [f"data.max_length={max_length}"] if max_length else []
     settings += [f"strategy.num_anchors={num_anchors}"] if num_anchors else []

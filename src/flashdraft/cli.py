@@ -15,15 +15,15 @@ from flashdraft.errors import UserError
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "draft-init": ("flashdraft.model.draft_init", "write a fresh DFlash draft checkpoint for a target"),
-    "train": ("flashdraft.train.command", "train a draft against the frozen target (alone or under torchrun)"),
-    "dllm-evaluate": ("flashdraft.strategies.mdlm_eval", "held-out masked-token loss/accuracy and a sample of a diffusion LM"),
-    "warmup": ("flashdraft.warmup", "materialise and check the target, regenerate training answers with it"),
-    "launch": ("flashdraft.launch.command", "run training as a PyTorchJob or TrainJob on Kubernetes"),
-    "evaluate": ("flashdraft.spec.evaluate", "tau, speedup and losslessness of a draft on benchmarks, with baselines"),
-    "promote": ("flashdraft.promote", "register a trained draft in MLflow and move champion/challenger by policy"),
-    "run": ("flashdraft.orchestrate", "run a pipeline file here with kfp's local runner (--local)"),
-    "submit": ("flashdraft.orchestrate", "compile a pipeline file and create a run on Kubeflow Pipelines"),
+    "draft-init": ("flashdraft.stages.draft_init", "write a fresh DFlash draft checkpoint for a target"),
+    "train": ("flashdraft.stages.train", "train a draft against the frozen target (alone or under torchrun)"),
+    "dllm-evaluate": ("flashdraft.stages.dllm_evaluate", "held-out masked-token loss/accuracy and a sample of a diffusion LM"),
+    "warmup": ("flashdraft.stages.warmup", "materialise and check the target, regenerate training answers with it"),
+    "launch": ("flashdraft.stages.launch", "run training as a PyTorchJob or TrainJob on Kubernetes"),
+    "evaluate": ("flashdraft.stages.evaluate", "tau, speedup and losslessness of a draft on benchmarks, with baselines"),
+    "promote": ("flashdraft.stages.promote", "register a trained draft in MLflow and move champion/challenger by policy"),
+    "run": ("flashdraft.stages.run", "run a pipeline file here with kfp's local runner (--local)"),
+    "submit": ("flashdraft.stages.run", "compile a pipeline file and create a run on Kubeflow Pipelines"),
 }
 
 

@@ -82,7 +82,7 @@ class DataConfig:
 
 @dataclass(kw_only=True)
 class StrategyConfig:
-    name: str = "dflash"  # dflash (more in flashdraft.strategies.STRATEGIES)
+    name: str = "dflash"  # dflash (more in flashdraft.objectives.STRATEGIES)
     num_anchors: int = 16  # blocks per sample and step
     gamma: float | None = None  # decay of the slot weights exp(-(k-1)/gamma); None: the block-size rule
     attention: str = "auto"  # flex | sdpa | auto (flex on CUDA; sdpa with a dense mask elsewhere)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from flashdraft.errors import UserError
 from flashdraft.launch.jobs import build_job, check_train_arguments, train_arguments
-from flashdraft.launch.spec import LaunchSpec, PVCMount, SecretEnv
+from flashdraft.launch.job_spec import LaunchSpec, PVCMount, SecretEnv
 from flashdraft.launch.watch import (
     JobFailedError,
     JobResult,

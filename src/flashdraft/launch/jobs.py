@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from flashdraft.config import RECIPES_DIR, load_config, read_yaml, recipe_path
-from flashdraft.launch.spec import SCRATCH, LaunchSpec
+from flashdraft.launch.job_spec import SCRATCH, LaunchSpec
 
 PYTORCHJOB_API = ("kubeflow.org", "v1", "pytorchjobs")
 TRAINJOB_API = ("trainer.kubeflow.org", "v1alpha1", "trainjobs")

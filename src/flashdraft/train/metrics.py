@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from flashdraft.tracking import StepRun
+from flashdraft.tracking.runs import StepRun
 
 
 def add_sums(total: dict[str, torch.Tensor], new: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -26,11 +26,12 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.tensor import DTensor
 from tqdm import tqdm
 
-from flashdraft import target as targets
+from flashdraft.target.fast_path import fast_path_status, require_fast_path
+from flashdraft.target.source import load_target_config, load_tokenizer
 from flashdraft.config import Config, to_dict
 from flashdraft.data.loader import StepLoader, eval_batches, prepare_datasets
-from flashdraft.strategies import get_strategy
-from flashdraft.tracking import step_run
+from flashdraft.objectives import get_strategy
+from flashdraft.tracking.runs import step_run
 from flashdraft.train.checkpoint import Checkpointer
 from flashdraft.train.distributed import setup, shard, shard_frozen
 from flashdraft.train.metrics import MetricsLog, add_sums, peak_memory_gb
@@ -51,11 +52,11 @@ class Trainer:
         self.dist = dist = setup()
         train, t = config.train, config.target
 
-        target_config = targets.load_config(t.name_or_path, trust_remote_code=t.trust_remote_code)
+        target_config = load_target_config(t.name_or_path, trust_remote_code=t.trust_remote_code)
         if t.require_fast_path:  # before the data and the weights: no silent 10x slower run
-            targets.require_fast_path(target_config)
-        self.fast_path = targets.fast_path_status(target_config)
-        tokenizer = targets.load_tokenizer(t.name_or_path, trust_remote_code=t.trust_remote_code)
+            require_fast_path(target_config)
+        self.fast_path = fast_path_status(target_config)
+        tokenizer = load_tokenizer(t.name_or_path, trust_remote_code=t.trust_remote_code)
         self.strategy = get_strategy(config.strategy.name).plan(config, target_config, tokenizer)
         train_set, eval_set = prepare_datasets(
             config.data,

@@ -1,0 +1,320 @@
+"""The DFlash objective: random anchors, one sparse draft forward over all blocks, decay-weighted CE.
+
+Per sample and step, up to `num_anchors` anchors are drawn (without replacement; blocks may overlap)
+among positions a with a <= len - B, loss_mask[a] and loss_mask[a + 1]. Block b is
+[token a_b, MASK x (B-1)] at positions a_b .. a_b + B - 1; slot k (1 <= k < B) is labelled with the
+token AT a_b + k (same-position prediction) and counts only where that token is supervised. The target
+runs once over the sequence; all blocks run in one draft forward under the block-sparse mask
+(`block_mask`). The loss is sum_k w_k CE_k with w_k = exp(-(k-1)/gamma); the trainer divides it by the
+global number of supervised slots.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from flashdraft.target.frozen import FrozenTarget, decoder_layers
+from flashdraft.target.source import check_draft_fits
+from flashdraft.config import Config
+from flashdraft.data import Batch
+from flashdraft.errors import UserError
+from flashdraft.model import DFlashDraftConfig, DFlashDraftModel
+from flashdraft.objectives.block_mask import FLEX_BLOCK, dense_mask, flex_block_mask
+from flashdraft.objectives.chunked_ce import linear_cross_entropy
+from flashdraft.objectives.flops import TargetFlops, draft_train_flops
+
+log = logging.getLogger(__name__)
+
+# The paper's decay constants; other block sizes interpolate linearly between them (see decay_gamma).
+GAMMA_POINTS = ((8, 4.0), (10, 5.0), (16, 7.0))
+
+
+def decay_gamma(block_size: int) -> float:
+    """gamma for a block size: 4 / 5 / 7 at B = 8 / 10 / 16, piecewise linear between those points,
+    and continued with the slope of the nearest segment outside them (B/2 below 10, +1/3 per slot above
+    16), floored at 1 so tiny blocks still weight their later slots."""
+    (b0, g0), (b1, g1), (b2, g2) = GAMMA_POINTS
+    if block_size <= b1:
+        gamma = g0 + (block_size - b0) * (g1 - g0) / (b1 - b0)
+    else:
+        gamma = g1 + (block_size - b1) * (g2 - g1) / (b2 - b1)
+    return max(1.0, gamma)
+
+
+def slot_weights(block_size: int, gamma: float) -> torch.Tensor:
+    """[B] weights: 0 for the anchor slot, exp(-(k-1)/gamma) for slot k >= 1."""
+    k = torch.arange(block_size, dtype=torch.float64)
+    weights = torch.exp(-(k - 1) / gamma)
+    weights[0] = 0.0
+    return weights.float()
+
+
+def sample_seed(seed: int, step: int, sample_id: int) -> int:
+    digest = hashlib.blake2b(f"{seed}/{step}/{sample_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & (2**63 - 1)
+
+
+def valid_anchor_positions(loss_mask: torch.Tensor, length: int, block_size: int) -> torch.Tensor:
+    """Positions a <= length - B whose token and next token are both supervised."""
+    last = length - block_size
+    if last < 0:
+        return torch.empty(0, dtype=torch.long)
+    a = torch.arange(last + 1)
+    ok = loss_mask[: last + 1] & loss_mask[1 : last + 2]
+    return a[ok]
+
+
+@dataclass
+class DFlashPrepared:
+    batch: Batch
+    anchors: torch.Tensor  # [N, A] long; unused blocks hold 0
+    block_valid: torch.Tensor  # [N, A] bool
+    labels: torch.Tensor  # [N, A, B] long; slot k = token at anchor + k (0 where not supervised)
+    label_mask: torch.Tensor  # [N, A, B] bool; False for slot 0, unused blocks and unsupervised slots
+
+    @property
+    def num_targets(self) -> int:
+        return int(self.label_mask.sum())
+
+
+class DFlashStrategy:
+    name = "dflash"
+
+    def __init__(self, config: Config, draft_config: DFlashDraftConfig, target_config):
+        self.config = config
+        self.draft_config = draft_config
+        self.target_config = target_config
+        self.block_size = draft_config.block_size
+        self.num_anchors = config.strategy.num_anchors
+        self.gamma = config.strategy.gamma or decay_gamma(self.block_size)
+        self.weights = slot_weights(self.block_size, self.gamma)
+        self.target: FrozenTarget | None = None
+        self.use_flex = False
+        self.compute_dtype = torch.float32  # build() picks bf16 on GPUs
+        self._target_flops: TargetFlops | None = None
+
+    @classmethod
+    def plan(cls, config: Config, target_config, tokenizer) -> DFlashStrategy:
+        init_from = config.draft.init_from
+        if init_from:
+            if not (Path(init_from) / "config.json").is_file():
+                raise UserError(
+                    f"draft.init_from: {init_from!r} is not a draft folder (no config.json); "
+                    "write one with `flashdraft draft-init` or leave draft.init_from out"
+                )
+            draft_config = DFlashDraftConfig.from_pretrained(init_from)
+        else:
+            from flashdraft.stages.draft_init import build_draft_config
+
+            draft_config = build_draft_config(config.draft, target_config, tokenizer)
+        check_draft_fits(draft_config, target_config)
+        return cls(config, draft_config, target_config)
+
+    @property
+    def min_supervised_tokens(self) -> int:
+        return 2 * self.block_size
+
+    def flex_on(self, device: torch.device) -> bool:
+        """Whether the draft's attention is compiled FlexAttention on `device` (strategy.attention)."""
+        choice = self.config.strategy.attention
+        return choice == "flex" or (choice == "auto" and device.type == "cuda")
+
+    def compiles(self, device: torch.device) -> bool:
+        """Whether the draft runs compiled code on `device` (FlexAttention or strategy.compile_layers)."""
+        return self.flex_on(device) or self.config.strategy.compile_layers
+
+    def pad_multiple(self, device: torch.device) -> int:
+        """data.pad_to_multiple, raised to whole FlexAttention blocks where the draft is compiled.
+
+        Every new padded length compiles the draft again (tens of seconds each), so with no padding a
+        chat dataset's spread of lengths spends most of a short run compiling. FlexAttention works in
+        128-token blocks anyway: padding to them costs the draft nothing.
+        """
+        pad = self.config.data.pad_to_multiple
+        return -(-pad // FLEX_BLOCK) * FLEX_BLOCK if self.compiles(device) else pad
+
+    def build(self, device: torch.device) -> nn.Module:
+        """Load the frozen target onto `device` and make the draft (fp32 master weights)."""
+        self.use_flex = self.flex_on(device)
+        # The draft computes in bf16 on a GPU (FSDP2's mixed-precision policy) and fp32 elsewhere; the
+        # target's features, embeddings and head are cast to that, whatever the target's dtype.
+        self.compute_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        if self.use_flex and device.type != "cuda":
+            raise UserError(
+                "strategy.attention=flex needs a CUDA device (FlexAttention has no backward on CPU); "
+                "use strategy.attention=sdpa or auto"
+            )
+        if self.compiles(device):
+            # One compiled graph per padded sequence length (pad_multiple buckets); the default limit
+            # of 8 would fall back to the slow path on a longer tail of lengths.
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        t = self.config.target
+        self.target = FrozenTarget.load(
+            t.name_or_path,
+            dtype=getattr(torch, t.dtype),
+            device=device,
+            attn_implementation=t.attn_implementation,
+            trust_remote_code=t.trust_remote_code,
+            fast_path_required=t.require_fast_path,
+        )
+        if self.config.draft.init_from:
+            draft = DFlashDraftModel.from_pretrained(self.config.draft.init_from, dtype=torch.float32)
+        else:
+            torch.manual_seed(self.config.draft.seed)
+            draft = DFlashDraftModel(self.draft_config)
+        draft = draft.float().to(device).train()
+        if self.config.strategy.compile_layers:
+            draft.compile_layers()
+        return draft
+
+    def shard_units(self, model: nn.Module) -> list[nn.Module]:
+        return list(model.layers)
+
+    def frozen_shard_units(self) -> list[nn.Module]:
+        return list(decoder_layers(self.target.model))
+
+    # -- one step ------------------------------------------------------------------------------
+    def prepare(self, batch: Batch, step: int) -> DFlashPrepared:
+        n, _ = batch.input_ids.shape
+        size, count = self.block_size, self.num_anchors
+        anchors = torch.zeros(n, count, dtype=torch.long)
+        block_valid = torch.zeros(n, count, dtype=torch.bool)
+        lengths = batch.attention_mask.sum(dim=1).tolist()
+        for row in range(n):
+            positions = valid_anchor_positions(batch.loss_mask[row].bool(), int(lengths[row]), size)
+            if len(positions) == 0:
+                continue
+            gen = torch.Generator().manual_seed(sample_seed(self.config.train.seed, step, int(batch.sample_ids[row])))
+            chosen = positions[torch.randperm(len(positions), generator=gen)[:count]].sort().values
+            anchors[row, : len(chosen)] = chosen
+            block_valid[row, : len(chosen)] = True
+        # Slot k of block b reads position anchor + k; clamp keeps padding blocks' reads in range.
+        seq_len = batch.input_ids.shape[1]
+        pos = (anchors[..., None] + torch.arange(size)).clamp(max=seq_len - 1)  # [N, A, B]
+        flat = pos.view(n, -1)
+        labels = batch.input_ids.gather(1, flat).view(n, count, size)
+        supervised = batch.loss_mask.bool().gather(1, flat).view(n, count, size)
+        label_mask = supervised & block_valid[..., None]
+        label_mask[..., 0] = False
+        return DFlashPrepared(batch, anchors, block_valid, labels * label_mask, label_mask)
+
+    def block_inputs(self, prepared: DFlashPrepared) -> tuple[torch.Tensor, torch.Tensor]:
+        """Block token ids [N, A*B] ([anchor token, MASK...]) and position ids [N, S + A*B]."""
+        input_ids, anchors = prepared.batch.input_ids, prepared.anchors
+        n, seq_len = input_ids.shape
+        size = self.block_size
+        block_ids = torch.full((n, anchors.shape[1], size), self.draft_config.mask_token_id, device=input_ids.device)
+        block_ids[..., 0] = input_ids.gather(1, anchors)
+        block_pos = anchors[..., None] + torch.arange(size, device=anchors.device)
+        ctx_pos = torch.arange(seq_len, device=anchors.device).expand(n, -1)
+        return block_ids.view(n, -1), torch.cat([ctx_pos, block_pos.view(n, -1)], dim=1)
+
+    def block_hidden(self, model: nn.Module, prepared: DFlashPrepared) -> torch.Tensor:
+        """The draft's final hidden states of every block slot, [N, A*B, H] (prepared on the target's device):
+        one target forward for the context features, one draft forward for all blocks."""
+        target, batch = self.target, prepared.batch
+        seq_len = batch.input_ids.shape[1]
+        features = target.context_features(batch.input_ids, self.draft_config.target_layer_ids, batch.attention_mask)
+        block_ids, position_ids = self.block_inputs(prepared)
+        noise = target.embedding(block_ids).to(self.compute_dtype)
+        features = features.to(self.compute_dtype)
+        if self.use_flex:
+            mask = flex_block_mask(prepared.anchors, seq_len, self.block_size)
+        else:
+            mask = dense_mask(prepared.anchors, seq_len, self.block_size)
+        return model(position_ids=position_ids, noise_embedding=noise, target_hidden=features, attention_mask=mask)
+
+    def loss(self, model: nn.Module, prepared: DFlashPrepared) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        target = self.target
+        device = target.device
+        prepared = DFlashPrepared(
+            prepared.batch.to(device),
+            prepared.anchors.to(device),
+            prepared.block_valid.to(device),
+            prepared.labels.to(device),
+            prepared.label_mask.to(device),
+        )
+        batch = prepared.batch
+        n = batch.input_ids.shape[0]
+        hidden = self.block_hidden(model, prepared)
+
+        select = prepared.label_mask.view(n, -1)
+        slot = torch.arange(self.block_size, device=device).expand_as(prepared.label_mask).reshape(n, -1)[select]
+        labels = prepared.labels.view(n, -1)[select]
+        loss_sum, preds = linear_cross_entropy(
+            hidden[select],
+            target.lm_head.weight.to(self.compute_dtype),
+            labels,
+            self.weights.to(device)[slot],
+            self.config.strategy.lm_head_chunk,
+        )
+        correct = torch.zeros_like(prepared.label_mask)
+        correct.view(n, -1)[select] = preds == labels
+        return loss_sum, self._counts(loss_sum, correct, prepared, batch)
+
+    def _counts(self, loss_sum, correct, prepared, batch) -> dict[str, torch.Tensor]:
+        valid = prepared.label_mask[..., 1:][prepared.block_valid].float()  # [blocks, B-1]
+        right = correct[..., 1:][prepared.block_valid].float()
+        streak = torch.cumprod(right, dim=1)  # slots 1..k all right (and supervised)
+        before = torch.cat([torch.ones_like(streak[:, :1]), streak[:, :-1]], dim=1)
+        return {
+            "loss_sum": loss_sum.detach().float(),
+            "targets": valid.sum(),
+            "tokens": batch.attention_mask.sum().float(),
+            "valid": valid.sum(0),
+            "correct": right.sum(0),
+            "tries": (before * valid).sum(0),  # earlier slots all right and slot k supervised
+            "hits": streak.sum(0),
+        }
+
+    def summarise(self, sums: dict[str, torch.Tensor]) -> dict[str, float]:
+        """loss, accuracy, per-slot accuracy and expected tau = 1 + sum_k prod_{j<=k} a_j."""
+        targets_ = float(sums["targets"])
+        out = {"loss": float(sums["loss_sum"]) / max(targets_, 1.0), "supervised_tokens": targets_}
+        out["accuracy"] = float(sums["correct"].sum()) / max(targets_, 1.0)
+        tau, survive = 1.0, 1.0
+        for k, (hits, tries, right, valid) in enumerate(
+            zip(sums["hits"].tolist(), sums["tries"].tolist(), sums["correct"].tolist(), sums["valid"].tolist()), 1
+        ):
+            out[f"acc_slot_{k}"] = right / valid if valid else 0.0
+            survive *= hits / tries if tries else 0.0
+            tau += survive
+        out["tau"] = tau
+        return out
+
+    def flops(self, prepared: DFlashPrepared) -> float:
+        batch = prepared.batch
+        lengths = batch.attention_mask.sum(dim=1)
+        if self._target_flops is None:
+            # Only the layers through the last tap run (FrozenTarget.context_features).
+            last = max(self.draft_config.target_layer_ids)
+            self._target_flops = TargetFlops(decoder_layers(self.target.model)[: last + 1], self.target_config)
+        blocks = float(prepared.block_valid.sum())
+        size = self.block_size
+        visible = float((prepared.anchors * prepared.block_valid).sum()) * size + blocks * size * size
+        return self._target_flops(lengths) + draft_train_flops(
+            self.draft_config,
+            self.target_config.vocab_size,
+            context_tokens=float(lengths.sum()),
+            block_tokens=blocks * size,
+            visible_keys=visible,
+            supervised_slots=float(prepared.num_targets),
+        )
+
+    def export(self, state_dict: dict[str, torch.Tensor], path: Path, recipe: str | None) -> None:
+        """The trained draft as an HF folder in the z-lab format, in the target's dtype."""
+        from flashdraft.stages.draft_init import model_card, write_atomically
+
+        draft = DFlashDraftModel(self.draft_config)
+        draft.load_state_dict(state_dict)
+        draft.to(getattr(torch, self.config.target.dtype))
+        n_params = sum(p.numel() for p in draft.parameters())
+        card = model_card(self.draft_config, self.config.target.name_or_path, recipe, n_params)
+        write_atomically(draft, path, card.replace("freshly initialised until trained (`flashdraft train`)",
+                                                    "trained with `flashdraft train`"))

@@ -1,0 +1,31 @@
+"""The GPU benchmark script runs (tiny CPU mode): our loop equals z-lab's and its numbers are written."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("dflash.model", reason="the z-lab reference (pip install --no-deps dflash==0.1.0)")
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "spec_decode.py"
+
+
+def test_tiny_benchmark_matches_zlab_and_writes_results(tmp_path):
+    torch.set_num_threads(1)
+    spec = importlib.util.spec_from_file_location("spec_decode_benchmark", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "bench.json"
+    assert module.main(["--tiny", "--prompts", "2", "--max-new-tokens", "20", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["float32"] == {"identical_to_zlab": True, "identical_to_plain": True}
+    assert report["first_difference_from_zlab"] == [None, None]
+    results = report["results"]
+    assert set(results) == {"flashdraft speculative", "flashdraft plain", "z-lab dflash_generate",
+                            "z-lab plain (block 1)"}
+    for r in results.values():
+        assert r["decode_tokens"] == 2 * 19 and r["tokens_per_s"] > 0 and r["tau"] >= 1
+    assert report["ours_over_zlab_speculative"] > 0

@@ -1,0 +1,94 @@
+"""benchmarks/train_step.py runs end to end on tiny CPU shapes with only torch + transformers, alone and
+under torchrun (the multi-GPU scaling runs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "train_step.py"
+
+# Run the script with `datasets` and `mlflow` made unimportable: the GPU box may not have them.
+WITHOUT_EXTRAS = (
+    "import runpy, sys; sys.modules['datasets'] = None; sys.modules['mlflow'] = None; "
+    "sys.argv = [sys.argv[1]] + sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
+def test_tiny_benchmark(tmp_path):
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_EXTRAS, str(SCRIPT), "--tiny", "--samples", "2", "--steps", "1", "--warmup", "1",
+         "--variants", "compiled,fast,naive", "--out", str(out)],
+        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    (result,) = report["results"]
+    assert [v["variant"] for v in result["variants"]] == ["compiled", "fast", "naive"]
+    compiled, fast, naive = result["variants"]
+    assert fast["lm_head_chunk"] > 0 and naive["lm_head_chunk"] == 0
+    for v in (compiled, fast, naive):
+        assert v["step_time_s"] > 0 and v["useful_tflop"] > 0 and 0 < v["mfu"]
+    # Same weights, batch and anchors: the variants compute the same loss.
+    assert abs(fast["loss"] - naive["loss"]) < 1e-4 and abs(compiled["loss"] - fast["loss"]) < 1e-4
+    assert result["target_forward_s"] > 0 and result["target_forward_all_layers_s"] > 0 and report["machine"]["torch"]
+    assert (result["target_layers_run"], result["target_layers"]) == (3, 4)  # taps [1, 2] of 4 layers
+    assert fast["s_per_sample"] == fast["step_time_s"] / 2 and not result["target_fast_path"]["hybrid"]
+    assert "naive/fast step time" in done.stdout and "fast/compiled step time" in done.stdout and "MFU" in done.stdout
+
+
+@pytest.mark.parametrize("flag,value,says", [("--variants", "fast,turbo", "unknown ['turbo']"),
+                                             ("--samples", "2,x", "comma list of integers")])
+def test_bad_arguments_name_the_problem(tmp_path, flag, value, says):
+    done = subprocess.run([sys.executable, str(SCRIPT), "--tiny", flag, value, "--out", str(tmp_path / "x.json")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and says in done.stderr and not (tmp_path / "x.json").exists()
+
+
+def _run(tmp_path, name: str, nproc: int, *args: str) -> dict:
+    out = tmp_path / f"{name}.json"
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    done = subprocess.run(
+        [*launcher, str(SCRIPT), "--tiny", "--variants", "fast", "--steps", "2", "--warmup", "1", *args,
+         "--out", str(out)],
+        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (result,) = json.loads(out.read_text())["results"]
+    return result
+
+
+@pytest.mark.distributed
+def test_global_batch_split_over_ranks_trains_the_same(tmp_path):
+    """The same global batch of 4 samples, as 1 process x 2 micro-batches of 2, 2 processes x 2 micro-
+    batches of 1, and 2 processes with the target FSDP2-sharded: the same losses, step after step."""
+    single = _run(tmp_path, "single", 1, "--global-batch", "4", "--samples", "2")
+    split = _run(tmp_path, "split", 2, "--global-batch", "4", "--samples", "1")
+    sharded = _run(tmp_path, "sharded", 2, "--global-batch", "4", "--samples", "1", "--shard-target")
+    assert (single["gpus"], split["gpus"], sharded["target_sharded"]) == (1, 2, True)
+    assert split["micro_batches_per_rank"] == 2
+    (a,), (b,), (c,) = single["variants"], split["variants"], sharded["variants"]
+    for other in (b, c):
+        # float32 on the CPU; only the order of the sums over ranks differs
+        assert abs(other["first_loss"] - a["first_loss"]) < 1e-5, (a, other)
+        assert abs(other["loss"] - a["loss"]) < 1e-4, (a, other)
+        assert other["useful_tflop"] == pytest.approx(a["useful_tflop"], rel=1e-9)
+    assert a["first_loss"] != a["loss"]  # the optimizer steps changed the draft between them
+
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("scaling_table", SCRIPT.parent / "scaling_table.py")
+    scaling = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scaling)
+    entries = scaling.rows([tmp_path / f"{n}.json" for n in ("split", "single", "sharded")], "fast")
+    assert [(e["gpus"], e["sharded"]) for e in entries] == [(1, False), (2, False), (2, True)]
+    lines = scaling.table(entries).splitlines()
+    efficiency = b["tokens_per_s_per_gpu"] / a["tokens_per_s_per_gpu"]
+    assert lines[2].endswith("100.0%") and lines[3].endswith(f"{efficiency:.1%}")

@@ -1,0 +1,123 @@
+"""The pipeline's DAG run end to end by kfp's local runner against a real `mlflow server` on 127.0.0.1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("kfp")
+pytest.importorskip("mlflow")
+
+from mlflow import MlflowClient  # noqa: E402
+
+from flashdraft import cli  # noqa: E402
+from mlflow_helpers import parent_runs  # noqa: E402
+from flashdraft.stages.promote import promote_draft  # noqa: E402
+from flashdraft.tracking.registry import PromotionPolicy  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+PIPELINE = ROOT / "pipelines" / "dflash_nano30b.py"
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch, mlflow_server):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
+    monkeypatch.delenv("FLASHDRAFT_PARENT_RUN_ID", raising=False)
+    return tmp_path
+
+
+@pytest.mark.slow
+def test_a_failing_step_fails_the_pipeline_marks_the_run_failed_and_moves_no_alias(
+    in_tmp, mlflow_server, tiny_target, capfd
+):
+    name, experiment = "dflash-failing", "pipeline-failure"
+    # A champion exists before the run: a failed run must leave it alone.
+    draft = in_tmp / "champion-draft"
+    draft.mkdir()
+    (draft / "config.json").write_text("{}")
+    report = {"benchmarks": {"gsm8k": {"speculative": {"tau_pooled": 2.0}, "speedup": 1.5, "lossless": 1.0}}}
+    promote_draft(draft, report, model_name=name, policy=PromotionPolicy(), lineage={}, tracking_uri=mlflow_server)
+    client = MlflowClient(mlflow_server)
+    before = client.get_registered_model(name).aliases
+
+    # Warmup and draft-init succeed; training fails on a config key that does not exist.
+    items = [i for i in TINY_RUN if not i.startswith(("train_overrides=", "warmup_num_samples="))]
+    code = cli.main(["run", str(PIPELINE), "--local", f"target={tiny_target('qwen3')}", f"model_name={name}",
+                     f"mlflow_experiment={experiment}", "train_overrides=[train.no_such_key=1]", "warmup_num_samples=2",
+                     *items])
+    out, err = capfd.readouterr()
+    assert code == 1
+    assert "pipeline failed" in err and "Inner task failed" in err and "train" in err
+    assert "unknown config key(s) train.no_such_key" in out + err  # the step's own error, streamed
+    (run,) = parent_runs(mlflow_server, experiment)
+    assert run.info.status == "FAILED"
+    assert "failed" in run.data.tags["flashdraft.error"]
+    children = client.search_runs([run.info.experiment_id],
+                                  filter_string=f"tags.`mlflow.parentRunId` = '{run.info.run_id}'")
+    assert "warmup" in {c.data.tags.get("flashdraft.step") for c in children}  # it got that far
+    assert client.get_registered_model(name).aliases == before
+    assert len(client.search_model_versions(f"name='{name}'")) == 1
+
+
+TINY_RUN = [
+    "recipe=", "prompts=[packaged:chitchat]", "warmup_num_samples=8", "warmup_max_new_tokens=16",
+    "max_length=128", "num_anchors=4", "gpus=2", "train_overrides=[train.max_steps=3]",
+    "benchmarks=gsm8k,chat", "eval_num_prompts=2", "eval_max_new_tokens=16",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif("evaluate" not in cli.COMMANDS, reason="needs the `flashdraft evaluate` command")
+def test_the_local_dag_trains_evaluates_registers_and_promotes(in_tmp, mlflow_server, tiny_target, capfd):
+    name, experiment = "dflash-tiny", "pipeline-e2e"
+    target = str(tiny_target("qwen3"))
+    code = cli.main(["run", str(PIPELINE), "--local", f"target={target}", f"model_name={name}",
+                     f"mlflow_experiment={experiment}", *TINY_RUN])
+    out, err = capfd.readouterr()
+    assert code == 0, (out + err)[-4000:]
+    # Every step ran, in this order (draft-init and warmup have no edge between them).
+    order = [line.split("'")[1] for line in (out + err).splitlines() if "Executing task" in line]
+    order = [step.replace("\x1b[96m", "").replace("\x1b[0m", "") for step in order]
+    assert order.index("train") > max(order.index("draft-init"), order.index("target-warmup"))
+    assert order[-3:] == ["evaluate", "promote", "mlflow-run-end"]
+
+    client = MlflowClient(mlflow_server)
+    (version,) = client.search_model_versions(f"name='{name}'")
+    assert version.version == "1"
+    tags = version.tags
+    assert tags["target"] == target and tags["data"] == "packaged:chitchat"
+    assert len(tags["flashdraft.commit"]) >= 7 and len(tags["flashdraft.draft_sha256"]) == 64
+    for bench in ("gsm8k", "chat"):
+        assert float(tags[f"tau.{bench}"]) >= 1.0
+        assert tags[f"lossless.{bench}"] == "1"  # float32 on CPU: speculative == plain greedy
+        assert f"speedup.{bench}" in tags
+    # First model, lossless: champion.
+    assert client.get_registered_model(name).aliases == {"champion": 1} or \
+        {k: str(v) for k, v in client.get_registered_model(name).aliases.items()} == {"champion": "1"}
+    # The registered source is the trained draft, byte for byte what the train step exported.
+    import mlflow.artifacts
+
+    from flashdraft.tracking.registry import draft_digest
+
+    local = Path(mlflow.artifacts.download_artifacts(version.source, dst_path=str(in_tmp / "dl"),
+                                                     tracking_uri=mlflow_server))
+    assert draft_digest(local) == tags["flashdraft.draft_sha256"]
+    assert (local / "config.json").is_file() and (local / "model.safetensors").is_file()
+
+    # One parent run per pipeline run, FINISHED, with a nested run per tracked step.
+    (parent,) = parent_runs(mlflow_server, experiment)
+    assert parent.info.status == "FINISHED"
+    assert parent.data.tags["kfp.run_id"] == parent.data.tags["flashdraft.pipeline_run"]
+    assert parent.data.tags["flashdraft.summary.alias"] == "champion"
+    children = client.search_runs([parent.info.experiment_id],
+                                  filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+    steps = {run.data.tags.get("flashdraft.step") for run in children}
+    assert {"draft-init", "warmup", "train", "evaluate", "promote"} <= steps
+    assert all(run.info.status == "FINISHED" for run in children)
+
+    # The closing summary the user sees.
+    assert f"registered {name} version 1 -> @champion" in out
+    assert "gsm8k tau" in out and "speedup" in out
+    assert f"MLflow UI: open {mlflow_server}" in out

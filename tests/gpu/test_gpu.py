@@ -1,0 +1,158 @@
+"""CUDA-only checks: the GPU paths (FlexAttention training, bf16 FSDP2, NCCL) give the CPU-verified results.
+
+Skipped without a CUDA device (CI has none); run on a GPU machine with `pytest -m gpu`.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from train_helpers import alphabet_chats, read_metrics, run_cli, tiny_train_args
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+
+def _strategy_on_cuda(target_path, attention: str):
+    from flashdraft.target.source import load_target_config, load_tokenizer
+    from flashdraft.objectives import get_strategy
+    from dflash_helpers import make_config
+
+    config = make_config(target_path, attention=attention, num_anchors=6)
+    strat = get_strategy("dflash").plan(config, load_target_config(str(target_path)),
+                                        load_tokenizer(str(target_path)))
+    draft = strat.build(torch.device("cuda"))
+    # The trainer runs the draft under FSDP2 in bf16; here both attention paths are compared unwrapped in
+    # float32, so the inputs stay float32 too.
+    strat.compute_dtype = torch.float32
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    return strat, draft
+
+
+def test_flex_attention_loss_and_grads_equal_the_dense_mask_path(tiny_target):
+    """The dense path equals the naive reference on CPU (test_strategy_dflash); flex must equal it here,
+    forward and backward, for blocks that overlap, padding and a single block per sample."""
+    from dflash_helpers import make_batch
+
+    results = []
+    for attention in ("flex", "sdpa"):
+        strat, draft = _strategy_on_cuda(tiny_target("qwen3"), attention)
+        assert strat.use_flex == (attention == "flex")
+        prepared = strat.prepare(make_batch(lengths=(40, 23)), step=5)
+        loss_sum, _ = strat.loss(draft, prepared)
+        (loss_sum / prepared.num_targets).backward()
+        results.append((loss_sum.detach(), {n: p.grad.detach().clone() for n, p in draft.named_parameters()}))
+    (flex_loss, flex_grads), (dense_loss, dense_grads) = results
+    # float32 throughout; flex's Triton kernel may use TF32 dots, hence 2e-3 rather than 1e-5.
+    torch.testing.assert_close(flex_loss, dense_loss, rtol=2e-3, atol=2e-3)
+    for name, grad in dense_grads.items():
+        torch.testing.assert_close(flex_grads[name], grad, rtol=2e-2, atol=2e-3, msg=name)
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_training_learns_on_cuda_with_bf16_target(tiny_target, tmp_path, nproc):
+    if torch.cuda.device_count() < nproc:
+        pytest.skip(f"needs {nproc} GPUs")
+    data = alphabet_chats(tmp_path / "chats.jsonl", rows=200)
+    out = tmp_path / "run"
+    done = run_cli(["train", *tiny_train_args(tiny_target("qwen3"), data, out, **{
+        "target.dtype": "bfloat16", "strategy.attention": "flex", "draft.block_size": 8,
+        "strategy.num_anchors": 8, "train.micro_batch_size": 4 // nproc, "train.lr": "3e-3",
+        "train.epochs": 100, "train.max_steps": 150, "train.log_every": 10, "data.eval_samples": 16,
+        "train.checkpoint_every": 1000})], torchrun=nproc if nproc > 1 else 0)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["eval_tau"] > 4.0, summary
+    losses = [row["loss"] for row in read_metrics(out) if "loss" in row]
+    assert losses[-1] < losses[0]
+
+
+@pytest.mark.parametrize("model_type", ["qwen3", "nemotron_h"])
+def test_speculative_decoding_on_cuda_with_graphs_is_lossless(tiny_target, tmp_path, model_type):
+    """float32 on the GPU: static caches + CUDA graphs (+ Mamba rollback) give the plain greedy output."""
+    from flashdraft.cli import main
+
+    target = tiny_target(model_type)
+    draft = tmp_path / "draft"
+    assert main(["draft-init", "--target", str(target), "--output", str(draft), "--num-layers", "1",
+                 "--block-size", "6"]) == 0
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"say {w} twice"}) + "\n" for w in ("one", "two", "three")))
+    report_path = tmp_path / "report.json"
+    assert main(["evaluate", "--draft", str(draft), "--target", str(target), "--bench", str(prompts),
+                 "--max-new-tokens", "40", "--device", "cuda", "--dtype", "float32",
+                 "--output", str(report_path)]) == 0
+    report = json.loads(report_path.read_text())
+    (bench,) = report["benchmarks"].values()
+    assert bench["lossless"] == 1.0
+    if model_type == "nemotron_h":  # decode and rollback ran on the kernels wherever they import
+        from flashdraft.target.fast_path import mamba_kernel_errors
+
+        assert report["settings"]["target_fast_path"] == (not mamba_kernel_errors())
+    if model_type == "qwen3":  # Nemotron's eager MoE experts sync with the host: graphs may fall back
+        assert report["settings"]["cuda_graphs"]["speculative"] is True
+
+
+# Runs one forward of a saved nemotron_h in a fresh process. transformers binds each Mamba-2 function
+# (mamba_ssm's Triton scans, causal_conv1d's CUDA conv) when its modeling module is imported, so the
+# reference path needs a process in which those packages cannot import.
+_FORWARD = r"""
+import sys
+import torch
+path, dtype, mode, out = sys.argv[1:]
+if mode == "reference":
+    sys.modules["mamba_ssm"] = sys.modules["causal_conv1d"] = None
+from transformers import AutoModelForCausalLM
+from flashdraft.target.fast_path import fast_path_status
+from flashdraft.target.source import load_target_config as load_config
+model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).cuda().eval()
+ids = torch.randint(4, 260, (2, 45), generator=torch.Generator().manual_seed(0)).cuda()
+with torch.no_grad():
+    result = model(input_ids=ids, output_hidden_states=True)
+torch.save({"fast_path": fast_path_status(load_config(path))["fast_path"], "logits": result.logits.float().cpu(),
+            "hidden": [h.float().cpu() for h in result.hidden_states]}, out)
+"""
+
+
+@pytest.mark.parametrize("dtype,tolerance", [("float32", 5e-3), ("bfloat16", 3e-2)])
+def test_mamba_fast_path_matches_the_reference_path(tiny_target, tmp_path, dtype, tolerance):
+    """Hidden states and logits of a tiny nemotron_h agree between the kernels and transformers' PyTorch path.
+
+    Tolerances: float32 runs the Triton scans with TF32 dots (~1e-3 relative); in bfloat16 both paths
+    round every layer's output to 8 bits of mantissa (2^-8 = 4e-3 per rounding) in different orders,
+    and the differences compound over the 6 layers.
+    """
+    import subprocess
+    import sys
+
+    from flashdraft.target.fast_path import mamba_kernel_errors
+
+    if errors := mamba_kernel_errors():
+        pytest.skip(f"the Mamba-2 kernels do not import here: {errors}")
+    target = tiny_target("nemotron_h")
+    runs = {}
+    for mode in ("fast", "reference"):
+        out = tmp_path / f"{mode}.pt"
+        done = subprocess.run([sys.executable, "-c", _FORWARD, str(target), dtype, mode, str(out)],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[mode] = torch.load(out)
+        # transformers says so once when a Mamba-2 function falls back to its PyTorch code
+        assert ("falling back to its reference PyTorch implementation" in done.stderr) == (mode == "reference")
+    fast, reference = runs["fast"], runs["reference"]
+    assert fast["fast_path"] and not reference["fast_path"]
+
+    def relative(a: torch.Tensor, b: torch.Tensor) -> float:
+        return float((a - b).norm() / b.norm())
+
+    for layer, (a, b) in enumerate(zip(fast["hidden"], reference["hidden"], strict=True)):
+        assert relative(a, b) < tolerance, f"hidden state {layer}: {relative(a, b):.2e}"
+    assert relative(fast["logits"], reference["logits"]) < tolerance

@@ -1,0 +1,255 @@
+"""The dflash strategy: anchors, labels, loss and gradients against a naive per-block reference."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from flashdraft.target.source import load_target_config, load_tokenizer
+from flashdraft.data import Batch
+from flashdraft.errors import UserError
+from flashdraft.objectives import get_strategy
+from flashdraft.objectives.chunked_ce import linear_cross_entropy
+from flashdraft.objectives.dflash import DFlashStrategy, decay_gamma, slot_weights
+from dflash_helpers import BLOCK, make_batch, make_config
+
+
+
+def make_strategy(target_path, **strategy) -> tuple[DFlashStrategy, torch.nn.Module]:
+    config = make_config(target_path, **strategy)
+    target_config = load_target_config(str(target_path))
+    tokenizer = load_tokenizer(str(target_path))
+    strat = get_strategy("dflash").plan(config, target_config, tokenizer)
+    draft = strat.build(torch.device("cpu"))
+    torch.manual_seed(1)
+    with torch.no_grad():  # a fresh draft has zero-ish norms; random ones make gradients informative
+        for p in draft.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    return strat, draft
+
+
+def naive_loss(strat: DFlashStrategy, draft, batch: Batch, prepared) -> torch.Tensor:
+    """Full logits, one draft forward per block with NO mask over exactly its visible context."""
+    target, size = strat.target, strat.block_size
+    weights = slot_weights(size, strat.gamma)
+    mask_id = strat.draft_config.mask_token_id
+    total, count = 0.0, 0
+    for row in range(batch.input_ids.shape[0]):
+        length = int(batch.attention_mask[row].sum())
+        ids = batch.input_ids[row : row + 1, :length]
+        features = target.context_features(ids, strat.draft_config.target_layer_ids)  # unpadded
+        for b in range(strat.num_anchors):
+            if not prepared.block_valid[row, b]:
+                continue
+            a = int(prepared.anchors[row, b])
+            block = torch.full((1, size), mask_id)
+            block[0, 0] = ids[0, a]
+            hidden = draft(
+                position_ids=torch.arange(a + size)[None],
+                noise_embedding=target.embedding(block),
+                target_hidden=features[:, :a],
+            )
+            logits = hidden[0] @ target.lm_head.weight.t()
+            for k in range(1, size):
+                pos = a + k
+                if pos < length and batch.loss_mask[row, pos]:
+                    total = total + weights[k] * F.cross_entropy(logits[k], ids[0, pos])
+                    count += 1
+    return total / count
+
+
+@pytest.mark.parametrize("num_anchors", [1, 6])
+def test_loss_and_grads_equal_naive_reference(tiny_target, num_anchors):
+    strat, draft = make_strategy(tiny_target("qwen3"), num_anchors=num_anchors)
+    batch = make_batch()
+    prepared = strat.prepare(batch, step=3)
+    assert prepared.block_valid.sum() == 2 * num_anchors
+    loss_sum, sums = strat.loss(draft, prepared)
+    loss = loss_sum / prepared.num_targets
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in draft.named_parameters()}
+    draft.zero_grad()
+    reference = naive_loss(strat, draft, batch, prepared)
+    reference.backward()
+    torch.testing.assert_close(loss, reference, atol=1e-5, rtol=1e-5)
+    for name, p in draft.named_parameters():
+        torch.testing.assert_close(grads[name], p.grad, atol=1e-5, rtol=1e-4, msg=name)
+    assert float(sums["targets"]) == prepared.num_targets
+
+
+def test_chunked_head_equals_full_logits(tiny_target):
+    results = []
+    for chunk in (0, 5):
+        strat, draft = make_strategy(tiny_target("qwen3"), lm_head_chunk=chunk)
+        prepared = strat.prepare(make_batch(), step=0)
+        loss_sum, sums = strat.loss(draft, prepared)
+        loss_sum.backward()
+        results.append((loss_sum.detach(), sums, [p.grad.clone() for p in draft.parameters()]))
+    (l0, s0, g0), (l1, s1, g1) = results
+    torch.testing.assert_close(l0, l1, atol=1e-5, rtol=1e-6)
+    for a, b in zip(g0, g1):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    assert torch.equal(s0["correct"], s1["correct"])
+
+
+def test_compiled_attention_pads_to_whole_blocks_and_padding_changes_nothing(tiny_target):
+    """Where FlexAttention is compiled, batches pad to 128-token blocks (few shapes, few compilations)."""
+    strat, draft = make_strategy(tiny_target("qwen3"), attention="auto")
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert (strat.pad_multiple(cpu), strat.pad_multiple(cuda)) == (1, 128)
+    for asked, used in ((512, 512), (200, 256)):
+        strat.config.data.pad_to_multiple = asked
+        assert (strat.pad_multiple(cpu), strat.pad_multiple(cuda)) == (asked, used)
+    assert make_strategy(tiny_target("qwen3"), attention="sdpa")[0].pad_multiple(cuda) == 1
+
+    batch = make_batch()
+    extra = 128 - batch.input_ids.shape[1]
+    padded = Batch(F.pad(batch.input_ids, (0, extra)), F.pad(batch.attention_mask, (0, extra)),
+                   F.pad(batch.loss_mask, (0, extra)), batch.sample_ids)
+    results = []
+    for b in (batch, padded):
+        prepared = strat.prepare(b, step=2)
+        loss_sum, sums = strat.loss(draft, prepared)
+        loss_sum.backward()
+        results.append((prepared.anchors, loss_sum.detach(), [p.grad.clone() for p in draft.parameters()]))
+        draft.zero_grad()
+    (a0, l0, g0), (a1, l1, g1) = results
+    assert torch.equal(a0, a1)
+    torch.testing.assert_close(l0, l1, atol=1e-5, rtol=1e-6)
+    for x, y in zip(g0, g1):
+        torch.testing.assert_close(x, y, atol=1e-6, rtol=1e-5)
+
+
+def test_compiled_layers_match_eager_layers(tiny_target):
+    """strategy.compile_layers: same loss and gradients as the eager draft, over two batch lengths."""
+    eager_strat, eager = make_strategy(tiny_target("qwen3"), num_anchors=4)
+    strat, draft = make_strategy(tiny_target("qwen3"), num_anchors=4, compile_layers=True)
+    assert all(layer._compiled_call_impl is not None for layer in draft.layers)
+    assert strat.pad_multiple(torch.device("cpu")) == 128  # few lengths, few compilations
+    draft.load_state_dict(eager.state_dict())
+    for lengths in ((30, 19), (25,)):
+        prepared = strat.prepare(make_batch(lengths), step=1)
+        results = []
+        for s, model in ((eager_strat, eager), (strat, draft)):
+            loss_sum, _ = s.loss(model, prepared)
+            loss_sum.backward()
+            results.append((loss_sum.detach(), [p.grad.clone() for p in model.parameters()]))
+            model.zero_grad()
+        (l0, g0), (l1, g1) = results
+        torch.testing.assert_close(l1, l0, atol=1e-5, rtol=1e-5)
+        for x, y in zip(g1, g0):
+            torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-4)
+
+
+def test_linear_cross_entropy_chunks_match_autograd():
+    torch.manual_seed(0)
+    hidden = torch.randn(23, 8, requires_grad=True)
+    weight = torch.randn(50, 8)
+    labels = torch.randint(0, 50, (23,))
+    w = torch.rand(23)
+    full, preds_full = linear_cross_entropy(hidden, weight, labels, w, 0)
+    (grad_full,) = torch.autograd.grad(full * 1.7, hidden)
+    chunked, preds = linear_cross_entropy(hidden, weight, labels, w, 4)
+    (grad_chunked,) = torch.autograd.grad(chunked * 1.7, hidden)
+    torch.testing.assert_close(chunked, full)
+    torch.testing.assert_close(grad_chunked, grad_full)
+    assert torch.equal(preds, preds_full)
+
+
+def test_anchors_follow_the_rules_and_are_split_invariant(tiny_target):
+    strat, _ = make_strategy(tiny_target("qwen3"), num_anchors=50)
+    batch = make_batch(lengths=(30, 19))
+    prepared = strat.prepare(batch, step=7)
+    for row, length in enumerate((30, 19)):
+        used = prepared.anchors[row][prepared.block_valid[row]]
+        assert len(set(used.tolist())) == len(used)  # drawn without replacement
+        expected = [a for a in range(length - BLOCK + 1) if batch.loss_mask[row, a] and batch.loss_mask[row, a + 1]]
+        assert sorted(used.tolist()) == expected  # 50 > valid positions: all of them
+        for b, a in enumerate(used.tolist()):
+            for k in range(1, BLOCK):
+                assert prepared.label_mask[row, b, k] == batch.loss_mask[row, a + k]
+                if prepared.label_mask[row, b, k]:
+                    assert prepared.labels[row, b, k] == batch.input_ids[row, a + k]  # same position
+        assert not prepared.label_mask[row, :, 0].any()
+    # Same sample id and step -> same anchors, whatever the rest of the micro-batch.
+    strat.num_anchors = 3
+    both = strat.prepare(batch, step=7)
+    alone = strat.prepare(Batch(*(t[1:] for t in (batch.input_ids, batch.attention_mask, batch.loss_mask, batch.sample_ids))), step=7)
+    assert torch.equal(both.anchors[1], alone.anchors[0])
+    assert not torch.equal(strat.prepare(batch, step=8).anchors, both.anchors)
+
+
+def test_gamma_rule_and_weights():
+    assert (decay_gamma(16), decay_gamma(10), decay_gamma(8)) == (7.0, 5.0, 4.0)
+    assert decay_gamma(12) == pytest.approx(5 + 2 / 3) and decay_gamma(4) == 2.0 and decay_gamma(2) == 1.0
+    w = slot_weights(16, 7.0)
+    assert w[0] == 0 and w[1] == 1 and w[15] == pytest.approx(math.exp(-14 / 7))
+
+
+def test_expected_tau_from_slot_accuracy(tiny_target):
+    strat, _ = make_strategy(tiny_target("qwen3"), num_anchors=2)
+    batch = make_batch(lengths=(40,), prompt=0)
+    batch.loss_mask[:] = True
+    prepared = strat.prepare(batch, step=0)
+    perfect = strat._counts(torch.tensor(0.0), prepared.label_mask.clone(), prepared, batch)
+    assert strat.summarise(perfect)["tau"] == pytest.approx(BLOCK)  # every slot right: tau = B
+    first_only = prepared.label_mask.clone()
+    first_only[..., 2:] = False
+    assert strat.summarise(strat._counts(torch.tensor(0.0), first_only, prepared, batch))["tau"] == pytest.approx(2.0)
+    # Slot 1 right in one block of two; slot 2 right only where slot 1 was: a1 = 1/2, a2 = 1, a3 = 0.
+    half = torch.zeros_like(prepared.label_mask)
+    half[0, 0, 1:3] = True
+    half[0, 1, 2] = True  # right at slot 2 after a miss at slot 1: does not count towards tau
+    assert strat.summarise(strat._counts(torch.tensor(0.0), half, prepared, batch))["tau"] == pytest.approx(2.0)
+
+
+def test_draft_that_does_not_fit_the_target(tiny_target, tmp_path):
+    from flashdraft.stages.draft_init import init_draft
+
+    other = tiny_target("llama")  # hidden 64 too, so change the vocab: a draft for a 300-row target
+    from tiny_models import save_tiny_target
+
+    big_vocab = save_tiny_target(tmp_path / "big", "qwen3", vocab_size=320)
+    init_draft(str(big_vocab), tmp_path / "draft", make_config(big_vocab).draft)
+    config = make_config(other)
+    config.draft.init_from = str(tmp_path / "draft")
+    with pytest.raises(UserError, match="vocab"):
+        DFlashStrategy.plan(config, load_target_config(str(other)), load_tokenizer(str(other)))
+    wide = save_tiny_target(tmp_path / "wide", "qwen3", hidden=96)
+    init_draft(str(wide), tmp_path / "wide-draft", make_config(wide).draft)
+    config.draft.init_from = str(tmp_path / "wide-draft")
+    with pytest.raises(UserError, match="hidden size"):
+        DFlashStrategy.plan(config, load_target_config(str(other)), load_tokenizer(str(other)))
+
+
+def test_flop_count_matches_measured_matmuls(tiny_target):
+    """The MFU numerator: our matmul FLOPs == what torch's FlopCounterMode sees (attention aside)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    strat, draft = make_strategy(tiny_target("qwen3"), num_anchors=5)
+    batch = make_batch(lengths=(40,))
+    prepared = strat.prepare(batch, step=0)
+    assert prepared.block_valid.all()  # every block used, so every computed token is useful
+    with FlopCounterMode(display=False) as counter:
+        loss_sum, _ = strat.loss(draft, prepared)
+        loss_sum.backward()
+    measured = sum(n for op, n in counter.get_flop_counts()["Global"].items() if "mm" in str(op))
+    strat.flops(prepared)  # builds the target's counter
+    target = strat._target_flops
+    target.attention_layers = 0
+    expected = target(batch.attention_mask.sum(1)) + draft_flops_without_attention(strat, prepared)
+    assert abs(measured - expected) / measured < 0.01, (measured, expected)
+
+
+def draft_flops_without_attention(strat, prepared) -> float:
+    from flashdraft.objectives.flops import draft_train_flops
+
+    blocks = float(prepared.block_valid.sum())
+    return draft_train_flops(strat.draft_config, strat.target_config.vocab_size,
+                             context_tokens=float(prepared.batch.attention_mask.sum()),
+                             block_tokens=blocks * strat.block_size, visible_keys=0.0,
+                             supervised_slots=float(prepared.num_targets))
+

@@ -1,0 +1,77 @@
+"""Bad input to `flashdraft train` fails with a clear error before any weights are loaded."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from flashdraft import cli
+from flashdraft.target.frozen import FrozenTarget
+from flashdraft.stages.draft_init import init_draft
+from flashdraft.config import DraftConfig
+from tiny_models import save_tiny_target
+from train_helpers import alphabet_chats, tiny_train_args
+
+
+@pytest.fixture
+def no_weights(monkeypatch):
+    """Loading the target's weights is the first heavy step; reaching it fails the test."""
+
+    def forbidden(*_args, **_kwargs):
+        raise AssertionError("target weights were loaded before the bad input was reported")
+
+    monkeypatch.setattr(FrozenTarget, "load", forbidden)
+
+
+def train_error(capsys, args: list[str]) -> str:
+    assert cli.main(["train", *args]) == 2
+    return capsys.readouterr().err
+
+
+def write_chats(path, conversations):
+    path.write_text("".join(json.dumps({"messages": c}) + "\n" for c in conversations))
+    return path
+
+
+def test_unknown_key_and_wrong_type(capsys, no_weights):
+    assert "unknown config key(s) train.max_stepz" in train_error(capsys, ["train.max_stepz=3"])
+    err = train_error(capsys, ["train.max_steps=many"])
+    assert "train.max_steps: expected int" in err and "many" in err
+    assert "strategy.attention: expected auto, flex or sdpa" in train_error(capsys, ["strategy.attention=dense"])
+    assert "strategy.name: unknown strategy 'eagle'" in train_error(capsys, ["strategy.name=eagle"])
+
+
+def test_dataset_without_assistant_turns(capsys, no_weights, tiny_target, tmp_path):
+    data = write_chats(tmp_path / "prompts.jsonl", [[{"role": "user", "content": "hi"}]] * 4)
+    err = train_error(capsys, tiny_train_args(tiny_target("qwen3"), data, tmp_path / "out"))
+    assert "has no assistant turns" in err
+
+
+def test_all_samples_filtered(capsys, no_weights, tiny_target, tmp_path):
+    short = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]
+    data = write_chats(tmp_path / "short.jsonl", [short] * 4)
+    err = train_error(capsys, tiny_train_args(tiny_target("qwen3"), data, tmp_path / "out"))
+    assert "fewer than 8 supervised (assistant) tokens" in err  # 2 x block size 4
+
+
+def test_draft_that_does_not_fit(capsys, no_weights, tiny_target, tmp_path):
+    target = tiny_target("qwen3")
+    data = alphabet_chats(tmp_path / "chats.jsonl", rows=8)
+    err = train_error(capsys, tiny_train_args(target, data, tmp_path / "out", **{"draft.hidden_size": 96}))
+    assert "draft hidden size 96 != target hidden size 64" in err
+    other = save_tiny_target(tmp_path / "other", "qwen3", vocab_size=320)
+    init_draft(str(other), tmp_path / "draft", DraftConfig(num_layers=1, block_size=4, target_layer_ids=[1]))
+    err = train_error(capsys, tiny_train_args(target, data, tmp_path / "out", **{"draft.init_from": tmp_path / "draft"}))
+    assert "draft vocab 320 != target vocab 288" in err
+    err = train_error(capsys, tiny_train_args(target, data, tmp_path / "out", **{"draft.init_from": tmp_path / "nope"}))
+    assert "draft.init_from" in err and "not a draft folder" in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="flex attention is valid where CUDA is")
+def test_flex_attention_needs_a_gpu(capsys, tiny_target, tmp_path):
+    data = alphabet_chats(tmp_path / "chats.jsonl", rows=8)
+    err = train_error(capsys, tiny_train_args(tiny_target("qwen3"), data, tmp_path / "out",
+                                              **{"strategy.attention": "flex"}))
+    assert "needs a CUDA device" in err
