@@ -7,7 +7,7 @@ For each NAME=SPEC (a dataset spec as `data.eval` takes: a .jsonl of `messages` 
 a hub dataset) this computes the numbers the trainer logs as `eval_*` (loss, per-slot accuracy, expected
 tau = 1 + sum_k prod_{j<=k} a_j over the slots' conditional acceptance), with the draft of EXPORT and the
 recipe's settings (max length, anchors, block size; key=value overrides as for `flashdraft train`, e.g.
-target.name_or_path=... target.dtype=float32 strategy.attention=sdpa on a CPU), one sample a batch. The
+target.name_or_path=... target.dtype=float32 objective.attention=sdpa on a CPU), one sample a batch. The
 trainer's own evaluation code runs, so the numbers are those a training run would log for that data.
 
 Why: a training run's held-out expected tau can sit far above the tau that speculative decoding reaches

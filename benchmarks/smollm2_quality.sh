@@ -26,7 +26,7 @@ set_common() {  # COMMON: the training settings shared by the checks and the mai
   answers=$(printf '%s,' "$work"/warmup_*/train.jsonl)
   COMMON=(--config smollm2_135m "target.name_or_path=$(cat "$work/target_path")" target.dtype=bfloat16
           "data.train=[${answers%,}]" data.limit=null
-          data.max_length=512 data.eval_samples=64 strategy.num_anchors=64 "strategy.attention=${ATTENTION:-flex}"
+          data.max_length=512 data.eval_samples=64 objective.num_anchors=64 "objective.attention=${ATTENTION:-flex}"
           train.micro_batch_size=32 train.epochs=100 train.checkpoint_every=100000)
 }
 

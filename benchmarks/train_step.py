@@ -7,7 +7,7 @@ fp32 reduce) and AdamW. A step = anchors + target forward + draft forward/backwa
 every micro-batch of the global batch (the trainer's `accumulate_gradients`), then clip + optimizer step.
 Under torchrun the global batch is split over the ranks (--global-batch, --samples per micro-batch) and
 the target is replicated or FSDP2-sharded (--shard-target), as in the trainer. Variants:
-  compiled - fast + every draft layer compiled (strategy.compile_layers, the Nemotron recipe's setting)
+  compiled - fast + every draft layer compiled (objective.compile_layers, the Nemotron recipe's setting)
   fast     - FlexAttention block mask + chunked LM-head cross-entropy (the trainer's defaults on a GPU)
   naive    - dense boolean mask with SDPA + full [tokens x vocab] logits (the ratio baseline; OOM is reported)
 The target runs through its last tapped layer only (FrozenTarget.context_features); its forward is also
@@ -128,23 +128,23 @@ def run_variant(name, model, target, tconfig, batches, global_batch: int, args, 
     dtype = "bfloat16" if device.type == "cuda" else "float32"
     config = from_dict(Config, {
         "target": {"dtype": dtype},
-        "strategy": {"num_anchors": args.anchors, "lm_head_chunk": args.chunk if fast else 0,
+        "objective": {"num_anchors": args.anchors, "lm_head_chunk": args.chunk if fast else 0,
                      "attention": "flex" if fast and device.type == "cuda" else "sdpa",
                      "compile_layers": name == "compiled"},
     })
     dconfig = draft_config(model, tconfig)
     strategy = DFlashStrategy(config, dconfig, tconfig)
     strategy.target = target
-    strategy.use_flex = config.strategy.attention == "flex"
+    strategy.use_flex = config.objective.attention == "flex"
     strategy.compute_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     torch.manual_seed(0)
     draft = DFlashDraftModel(dconfig).float().to(device)
-    if config.strategy.compile_layers:  # before sharding, as DFlashStrategy.build does in the trainer
+    if config.objective.compile_layers:  # before sharding, as DFlashStrategy.build does in the trainer
         draft.compile_layers()
     draft = shard(draft, strategy.shard_units(draft), device)
     began_variant = time.perf_counter()
     optimizer = build_optimizer(draft, TrainConfig())  # the trainer's: AdamW 6e-4, (0.9, 0.999), wd 0
-    result = {"variant": name, "attention": config.strategy.attention, "lm_head_chunk": config.strategy.lm_head_chunk}
+    result = {"variant": name, "attention": config.objective.attention, "lm_head_chunk": config.objective.lm_head_chunk}
     try:
         times, losses = [], []
         for step in range(args.warmup + args.steps):

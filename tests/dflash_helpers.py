@@ -16,7 +16,7 @@ def make_config(target_path, **strategy) -> Config:
         {
             "target": {"name_or_path": str(target_path)},
             "draft": {"num_layers": 2, "block_size": BLOCK, "target_layer_ids": [1, 3]},
-            "strategy": {"num_anchors": 6, "lm_head_chunk": 7, **strategy},
+            "objective": {"num_anchors": 6, "lm_head_chunk": 7, **strategy},
         },
     )
 

@@ -32,8 +32,8 @@ def save_model(path: Path, *, bidirectional: bool, seed: int = 0) -> Path:
 
 
 def make_strategy(path: Path, name: str = "mdlm", **overrides):
-    values = {"target.name_or_path": str(path), "strategy.name": name, "strategy.mask_token_id": MASK_ID,
-              "strategy.mdlm_eps": EPS, **overrides}
+    values = {"target.name_or_path": str(path), "objective.name": name, "objective.mask_token_id": MASK_ID,
+              "objective.mdlm_eps": EPS, **overrides}
     config = load_config(None, [f"{k}={v}" for k, v in values.items()])
     strategy = get_strategy(name).plan(config, load_target_config(str(path)), load_tokenizer(str(path)))
     return strategy

@@ -34,7 +34,7 @@ def tiny_train_args(target: Path, data: Path, output: Path, **overrides) -> list
         "train.output_dir": str(output),
         "draft.num_layers": 1,
         "draft.block_size": 4,
-        "strategy.num_anchors": 4,
+        "objective.num_anchors": 4,
         **overrides,
     }
     return [f"{k}={v}" for k, v in values.items()]

@@ -58,7 +58,7 @@ def train(
     from flashdraft.launch.local import run_training
 
     settings = [f"data.max_length={max_length}"] if max_length else []
-    settings += [f"strategy.num_anchors={num_anchors}"] if num_anchors else []
+    settings += [f"objective.num_anchors={num_anchors}"] if num_anchors else []
     job = None
     if launcher == "local":
         work_dir = os.path.join(workspace, "train") if workspace else draft.path + ".work"

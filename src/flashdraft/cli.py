@@ -1,7 +1,7 @@
-"""The `flashdraft` command line: one sub-command per pipeline step, each implemented in its own module.
+"""The `flashdraft` command line: `flashdraft STAGE [options]`, each stage a module of `flashdraft.stages`.
 
-Every command module exposes `add_arguments(parser)` and `run(args) -> int`. A `UserError` from a
-command becomes one line on stderr and exit code 2.
+A stage module exposes `add_arguments(parser)` and `main(args) -> int`. A `UserError` becomes one line
+on stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -12,42 +12,39 @@ import logging
 import sys
 
 from flashdraft.errors import UserError
-
-# name -> (module, one-line help)
-COMMANDS: dict[str, tuple[str, str]] = {
-    "draft-init": ("flashdraft.stages.draft_init", "write a fresh DFlash draft checkpoint for a target"),
-    "train": ("flashdraft.stages.train", "train a draft against the frozen target (alone or under torchrun)"),
-    "dllm-evaluate": ("flashdraft.stages.dllm_evaluate", "held-out masked-token loss/accuracy and a sample of a diffusion LM"),
-    "warmup": ("flashdraft.stages.warmup", "materialise and check the target, regenerate training answers with it"),
-    "launch": ("flashdraft.stages.launch", "run training as a PyTorchJob or TrainJob on Kubernetes"),
-    "evaluate": ("flashdraft.stages.evaluate", "tau, speedup and losslessness of a draft on benchmarks, with baselines"),
-    "promote": ("flashdraft.stages.promote", "register a trained draft in MLflow and move champion/challenger by policy"),
-    "run": ("flashdraft.stages.run", "run a pipeline file here with kfp's local runner (--local)"),
-    "submit": ("flashdraft.stages.run", "compile a pipeline file and create a run on Kubeflow Pipelines"),
-}
+from flashdraft.stages import STAGES
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="flashdraft", description=__doc__.splitlines()[0])
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, (module, help_text) in COMMANDS.items():
-        command = sub.add_parser(name, help=help_text, description=help_text)
-        command.set_defaults(_module=module)
-        importlib.import_module(module).add_arguments(command)
-    return parser
+def stage_parser(name: str) -> tuple[argparse.ArgumentParser, object]:
+    module_name, help_text = STAGES[name]
+    module = importlib.import_module(module_name)
+    parser = argparse.ArgumentParser(prog=f"flashdraft {name}", description=help_text)
+    module.add_arguments(parser)
+    return parser, module
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    top = argparse.ArgumentParser(
+        prog="flashdraft",
+        description=__doc__.splitlines()[0],
+        epilog="stages:\n" + "\n".join(f"  {name:<14} {help_text}" for name, (_, help_text) in STAGES.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    top.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    top.add_argument("command", choices=STAGES, metavar="STAGE", help="one of the stages below")
+    top.add_argument("arguments", nargs=argparse.REMAINDER, help="the stage's options (flashdraft STAGE --help)")
+    chosen = top.parse_args(argv)
+    parser, module = stage_parser(chosen.command)
+    # Intermixed: `key=value` pairs may come before, between or after the options.
+    args = parser.parse_intermixed_args(chosen.arguments)
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=logging.DEBUG if chosen.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        return importlib.import_module(args._module).run(args)
+        return module.main(args)
     except UserError as err:
-        print(f"flashdraft {args.command}: error: {err}", file=sys.stderr)
+        print(f"flashdraft {chosen.command}: error: {err}", file=sys.stderr)
         return 2
 
 

@@ -1,14 +1,30 @@
-"""The one config tree: typed dataclasses, loaded from recipe YAML plus `key=value` overrides.
+"""The one config tree of every stage: typed sections, loaded from recipe YAML plus overrides.
 
-Unknown keys and wrong types are errors that name the field. Defaults describe a tiny CPU job; named
-recipes in `flashdraft/recipes/*.yaml` override them.
+    Config
+      draft      shape of a fresh draft (draft-init, train)
+      target     the frozen target LM (every stage)
+      data       training / held-out chat data (train, dllm-evaluate)
+      warmup     regeneration of the training answers by the target (warmup)
+      objective  the training objective: dflash, mdlm or hybrid (train)
+      train      optimizer, schedule, batch, checkpoints (train)
+      evaluate   speculative-decoding benchmarks (evaluate, dllm-evaluate)
+      promote    registry name and promotion policy (promote)
+      launch     where training runs: local torchrun, PyTorchJob, TrainJob (launch, the pipeline's train step)
+      tracking   MLflow (every stage)
+
+Defaults describe a tiny CPU job; named recipes (`flashdraft/recipes/*.yaml`) override them; `key=value`
+overrides (from the command line, or typed values from a component) override the recipe. Unknown keys,
+wrong types and out-of-range values are errors that name the field.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import types
 import typing
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,17 +34,49 @@ import yaml
 from flashdraft.errors import UserError
 
 RECIPES_DIR = Path(__file__).parent / "recipes"
+DTYPES = ("float32", "bfloat16", "float16")
+# Keys that were renamed: old dotted key -> new one (a recipe or override with the old key is refused).
+RENAMED = {
+    "train.warmup_steps": "train.lr_warmup_steps",
+    "train.warmup_ratio": "train.lr_warmup_ratio",
+}
+RENAMED_SECTIONS = {"strategy": "objective"}
+
+
+def _check(condition: bool, key: str, requirement: str, value: Any) -> None:
+    if not condition:
+        raise UserError(f"{key} must be {requirement}, got {value!r}")
+
+
+def _at_least(section: Any, name: str, **minimums: float) -> None:
+    for key, minimum in minimums.items():
+        value = getattr(section, key)
+        if value is not None:
+            _check(value >= minimum, f"{name}.{key}", f">= {minimum}", value)
+
+
+def _one_of(value: Any, key: str, choices: Sequence[Any]) -> None:
+    _check(value in choices, key, f"one of {', '.join(map(str, choices))}", value)
 
 
 @dataclass(kw_only=True)
 class TargetConfig:
     # hub id, local HF folder, .gguf file, or packaged:smollm2 (SmolLM2-135M-Instruct from PyPI)
     name_or_path: str = "packaged:smollm2"
+    revision: str | None = None  # hub revision (branch, tag or commit); hub ids only
     dtype: str = "float32"
     attn_implementation: str = "sdpa"
     trust_remote_code: bool = False
     # Hybrid (Mamba-2) targets: refuse to start on transformers' slow reference path.
     require_fast_path: bool = False
+    chat_template: str | None = None  # a Jinja chat template file, for targets without one (warmup)
+    # Hub snapshots and dequantised GGUFs (default $FLASHDRAFT_CACHE or ~/.cache/flashdraft)
+    cache_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        _one_of(self.dtype, "target.dtype", DTYPES)
+        _check(bool(self.name_or_path), "target.name_or_path", "a hub id, folder, .gguf file or packaged:NAME",
+               self.name_or_path)
 
 
 @dataclass(kw_only=True)
@@ -52,18 +100,18 @@ class DraftConfig:
     # A draft folder written by `flashdraft draft-init` (or an exported draft) to start training from;
     # None: the trainer builds a fresh draft from the fields above.
     init_from: str | None = None
+    output_dir: str | None = None  # where `flashdraft draft-init` writes the draft
 
-
-def _at_least(section: Any, name: str, **minimums: float) -> None:
-    for key, minimum in minimums.items():
-        value = getattr(section, key)
-        if value < minimum:
-            raise UserError(f"{name}.{key} must be >= {minimum}, got {value}")
+    def __post_init__(self) -> None:
+        _at_least(self, "draft", num_layers=1, num_taps=1, block_size=2, num_attention_heads=1,
+                  num_key_value_heads=1, head_dim=1, intermediate_size=1, max_position_embeddings=1)
+        if self.target_layer_ids is not None:
+            _check(bool(self.target_layer_ids), "draft.target_layer_ids", "a non-empty list (or null)", [])
 
 
 @dataclass(kw_only=True)
 class DataConfig:
-    """Chat datasets (OpenAI `messages` rows); specs as in `flashdraft.data.sources`."""
+    """Chat datasets; specs as in `flashdraft.data.sources`."""
 
     train: str | list[str] = "packaged:chitchat"
     eval: str | list[str] | None = None  # held-out specs; None: hold out `eval_samples` train rows
@@ -75,14 +123,44 @@ class DataConfig:
     seed: int = 0  # mixture subsets, hold-out split and the per-epoch shuffle
 
     def __post_init__(self) -> None:
-        _at_least(self, "data", eval_samples=0, max_length=2, pad_to_multiple=1)
-        if self.limit is not None:
-            _at_least(self, "data", limit=1)
+        _at_least(self, "data", eval_samples=0, max_length=2, pad_to_multiple=1, limit=1)
 
 
 @dataclass(kw_only=True)
-class StrategyConfig:
-    name: str = "dflash"  # dflash (more in flashdraft.objectives.STRATEGIES)
+class WarmupConfig:
+    """Regeneration of the training answers by the target (`flashdraft warmup`)."""
+
+    # Prompt dataset specs (a mixture when several); their assistant turns are regenerated.
+    prompts: list[str] = field(default_factory=lambda: ["packaged:reasoning_gym"])
+    output_dir: str | None = None
+    num_samples: int | None = None  # prompts to answer (None: all of the mixture)
+    max_new_tokens: int = 2048
+    # Tokens per conversation: it ends before a turn whose prompt + max_new_tokens would exceed this
+    # (None: the target's context). Set it to data.max_length: tokens past it are never trained on.
+    max_length: int | None = None
+    # None: the target's generation_config (greedy when it does not sample).
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    thinking: bool | None = None  # the chat template's enable_thinking switch; None: its default
+    batch_size: int | None = None  # prompts per generate call (None: 8, or 256 with vLLM)
+    backend: str = "auto"  # auto | transformers | vllm
+    seed: int = 0
+    format: str = "jsonl"  # jsonl | parquet
+
+    def __post_init__(self) -> None:
+        _at_least(self, "warmup", num_samples=1, max_new_tokens=1, max_length=1, batch_size=1,
+                  temperature=0.0, top_k=0)
+        if self.top_p is not None:
+            _check(0 < self.top_p <= 1, "warmup.top_p", "in (0, 1]", self.top_p)
+        _one_of(self.backend, "warmup.backend", ("auto", "transformers", "vllm"))
+        _one_of(self.format, "warmup.format", ("jsonl", "parquet"))
+        _check(bool(self.prompts), "warmup.prompts", "at least one dataset spec", self.prompts)
+
+
+@dataclass(kw_only=True)
+class ObjectiveConfig:
+    name: str = "dflash"  # dflash | mdlm | hybrid (flashdraft.objectives)
     num_anchors: int = 16  # blocks per sample and step
     gamma: float | None = None  # decay of the slot weights exp(-(k-1)/gamma); None: the block-size rule
     attention: str = "auto"  # flex | sdpa | auto (flex on CUDA; sdpa with a dense mask elsewhere)
@@ -90,7 +168,7 @@ class StrategyConfig:
     # dflash: torch.compile every draft layer (fuses norms, rotary, activations). Costs a compile per
     # padded batch length on the first steps, so it pays off in long runs of large drafts.
     compile_layers: bool = False
-    # mdlm / hybrid (diffusion LMs): the model itself is trained; see strategies/mdlm.py, hybrid.py.
+    # mdlm / hybrid (diffusion LMs): the model itself is trained; see objectives/mdlm.py, hybrid.py.
     mask_token_id: int | None = None  # None: the tokenizer's mask token
     mdlm_eps: float = 1e-3  # mask probability p = (1 - eps) t + eps, t ~ U(0, 1)
     allow_causal_model: bool = False  # mdlm: train a causal-only model type bidirectionally anyway
@@ -99,15 +177,12 @@ class StrategyConfig:
     mask_block_size: int = 32
 
     def __post_init__(self) -> None:
-        _at_least(self, "strategy", num_anchors=1, lm_head_chunk=0, alpha=0.0, mask_block_size=1)
-        if not 0.0 < self.mdlm_eps < 1.0:
-            raise UserError(f"strategy.mdlm_eps must be in (0, 1), got {self.mdlm_eps}")
-        if self.masking not in ("uniform", "block"):
-            raise UserError(f"strategy.masking: expected uniform or block, got {self.masking!r}")
-        if self.attention not in ("auto", "flex", "sdpa"):
-            raise UserError(f"strategy.attention: expected auto, flex or sdpa, got {self.attention!r}")
-        if self.gamma is not None and not self.gamma > 0:
-            raise UserError(f"strategy.gamma must be > 0 (or null for the block-size rule), got {self.gamma}")
+        _at_least(self, "objective", num_anchors=1, lm_head_chunk=0, alpha=0.0, mask_block_size=1)
+        _check(0.0 < self.mdlm_eps < 1.0, "objective.mdlm_eps", "in (0, 1)", self.mdlm_eps)
+        _one_of(self.masking, "objective.masking", ("uniform", "block"))
+        _one_of(self.attention, "objective.attention", ("auto", "flex", "sdpa"))
+        if self.gamma is not None:
+            _check(self.gamma > 0, "objective.gamma", "> 0 (or null for the block-size rule)", self.gamma)
 
 
 @dataclass(kw_only=True)
@@ -121,8 +196,8 @@ class TrainConfig:
     lr: float = 6e-4
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     weight_decay: float = 0.0
-    warmup_ratio: float = 0.04
-    warmup_steps: int | None = None  # overrides warmup_ratio when set
+    lr_warmup_ratio: float = 0.04  # learning-rate warmup, a share of the steps
+    lr_warmup_steps: int | None = None  # overrides lr_warmup_ratio when set
     grad_clip: float = 1.0
     eval_every: int = 0  # steps between evaluations (0: only after the last step)
     checkpoint_every: int = 1000
@@ -133,17 +208,110 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _at_least(self, "train", micro_batch_size=1, grad_accum_steps=1, epochs=1, eval_every=0,
-                  checkpoint_every=1, keep_checkpoints=1, log_every=1, grad_clip=0.0)
-        if self.max_steps is not None:
-            _at_least(self, "train", max_steps=1)
-        if self.warmup_steps is not None:
-            _at_least(self, "train", warmup_steps=0)
-        if not 0.0 <= self.warmup_ratio < 1.0:
-            raise UserError(f"train.warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
-        if not self.lr > 0:
-            raise UserError(f"train.lr must be > 0, got {self.lr}")
-        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
-            raise UserError(f"train.betas must be two numbers in [0, 1), got {self.betas}")
+                  checkpoint_every=1, keep_checkpoints=1, log_every=1, grad_clip=0.0, max_steps=1,
+                  lr_warmup_steps=0, weight_decay=0.0)
+        _check(0.0 <= self.lr_warmup_ratio < 1.0, "train.lr_warmup_ratio", "in [0, 1)", self.lr_warmup_ratio)
+        _check(self.lr > 0 and math.isfinite(self.lr), "train.lr", "a finite number > 0", self.lr)
+        _check(len(self.betas) == 2 and all(0.0 <= b < 1.0 for b in self.betas), "train.betas",
+               "two numbers in [0, 1)", self.betas)
+        _check(self.peak_tflops > 0, "train.peak_tflops", "> 0", self.peak_tflops)
+
+
+@dataclass(kw_only=True)
+class EvaluateConfig:
+    """Speculative decoding against plain decoding (`flashdraft evaluate`); the diffusion-LM evaluation
+    (`flashdraft dllm-evaluate`) reads the `dllm_*` fields and `prompts`."""
+
+    draft: str | None = None  # the draft folder (draft-init or train export)
+    benchmarks: list[str] = field(default_factory=lambda: ["gsm8k", "humaneval", "chat"])
+    output: str | None = None  # the report JSON; PNG plots are written next to it
+    num_prompts: int | None = None  # first N prompts of each benchmark (None: all)
+    max_new_tokens: int = 256
+    temperature: float = 0.0  # 0: greedy, and the lossless check
+    top_p: float = 1.0
+    top_k: int = 0  # 0: off
+    block_size: int | None = None  # None: the draft's
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    dtype: str = "auto"  # auto (bf16 on a GPU, fp32 on the CPU) | float32 | bfloat16 | float16
+    seed: int = 0
+    thinking: bool = False  # chat-template thinking mode; match the one the draft was trained with
+    cuda_graphs: bool = True
+    prompt_lookup: bool = True  # also measure transformers' prompt-lookup decoding as a baseline
+    vllm: bool = False  # also measure with vLLM's DFlash speculative decoding (needs vllm and a GPU)
+    prompts: list[str] = field(default_factory=list)  # dllm-evaluate: prompts to answer (default: held-out)
+    dllm_samples: int = 2  # dllm-evaluate: held-out prompts to answer when `prompts` is empty
+    dllm_gen_length: int = 32  # dllm-evaluate: tokens per generated answer
+    dllm_steps: int = 16  # dllm-evaluate: unmasking passes per answer
+
+    def __post_init__(self) -> None:
+        _at_least(self, "evaluate", num_prompts=1, max_new_tokens=1, temperature=0.0, top_k=0, block_size=2,
+                  dllm_samples=0, dllm_gen_length=1, dllm_steps=1)
+        _check(0 < self.top_p <= 1, "evaluate.top_p", "in (0, 1]", self.top_p)
+        _one_of(self.dtype, "evaluate.dtype", ("auto", *DTYPES))
+        _check(bool(self.benchmarks), "evaluate.benchmarks", "at least one benchmark", self.benchmarks)
+
+
+@dataclass(kw_only=True)
+class PromoteConfig:
+    """Registration of a draft and the policy that moves the `champion` / `challenger` aliases."""
+
+    draft: str | None = None  # the exported draft folder
+    report: str | None = None  # report.json from `flashdraft evaluate`
+    model_name: str | None = None  # registered model name
+    primary_benchmark: str = "gsm8k"  # whose tau decides
+    # The candidate's tau on the primary benchmark must exceed the champion's by MORE than this.
+    min_tau_gain: float = 0.05
+    # Every benchmark must be at least this lossless; below 1.0 only for low-precision evaluations.
+    min_lossless: float = 1.0
+    output: str | None = None  # also write the decision as JSON here
+
+    def __post_init__(self) -> None:
+        _check(0.0 <= self.min_lossless <= 1.0, "promote.min_lossless", "a fraction in [0, 1]", self.min_lossless)
+        _check(self.min_tau_gain >= 0, "promote.min_tau_gain", ">= 0", self.min_tau_gain)
+
+
+@dataclass(kw_only=True)
+class LaunchConfig:
+    """Where `flashdraft train` runs: torchrun here (`local`), or a PyTorchJob / TrainJob on Kubernetes."""
+
+    backend: str = "local"  # local | pytorchjob | trainjob
+    nodes: int = 1
+    gpus_per_node: int = 1  # one training process per GPU
+    procs_per_node: int | None = None  # processes per node without GPUs (local CPU runs, CPU smoke jobs)
+    # The Kubernetes backends:
+    image: str | None = None  # trainer image, e.g. REGISTRY/flashdraft-trainer:TAG (images/trainer)
+    namespace: str | None = None  # default: the pipeline pod's or the kubeconfig context's namespace
+    name: str | None = None  # job name (default flashdraft-train-<random>)
+    # Shared RWX volumes CLAIM:/PATH[:SUBPATH]; the first holds checkpoints.
+    pvcs: list[str] = field(default_factory=lambda: ["flashdraft-data:/data"])
+    output_dir: str | None = None  # checkpoints and export on a PVC (default <first PVC>/runs/<name>)
+    env: dict[str, str] = field(default_factory=dict)
+    secret_env: list[str] = field(default_factory=list)  # ENV=SECRET:KEY
+    tolerations: list[dict] = field(default_factory=list)
+    node_selector: dict[str, str] = field(default_factory=dict)
+    service_account: str | None = None
+    image_pull_secrets: list[str] = field(default_factory=list)
+    cpu: str | None = None  # CPU request per node, e.g. 32
+    memory: str | None = None  # memory request and limit per node, e.g. 512Gi
+    shm_size: str = "16Gi"
+    gpu_resource: str = "nvidia.com/gpu"
+    backoff_limit: int = 3  # PyTorchJob restarts before failing
+    elastic_min_nodes: int | None = None  # PyTorchJob: run elastically between this and `nodes`
+    runtime: str = "flashdraft-torch"  # TrainJob: the ClusterTrainingRuntime (manifests/)
+    timeout_s: float = 7 * 24 * 3600  # seconds to wait for the job
+    poll_s: float = 10.0
+    cleanup: str = "on-success"  # always | on-success | never
+
+    def __post_init__(self) -> None:
+        _one_of(self.backend, "launch.backend", ("local", "pytorchjob", "trainjob"))
+        _one_of(self.cleanup, "launch.cleanup", ("always", "on-success", "never"))
+        _at_least(self, "launch", nodes=1, gpus_per_node=0, procs_per_node=1, backoff_limit=0, timeout_s=1,
+                  poll_s=0.1)
+
+    @property
+    def procs(self) -> int:
+        """Training processes per node."""
+        return self.gpus_per_node if self.gpus_per_node > 0 else (self.procs_per_node or 1)
 
 
 @dataclass(kw_only=True)
@@ -154,20 +322,26 @@ class TrackingConfig:
 
 @dataclass(kw_only=True)
 class Config:
-    target: TargetConfig = field(default_factory=TargetConfig)
+    recipe: str | None = None  # the recipe this config came from (set by load_config)
     draft: DraftConfig = field(default_factory=DraftConfig)
+    target: TargetConfig = field(default_factory=TargetConfig)
     data: DataConfig = field(default_factory=DataConfig)
-    strategy: StrategyConfig = field(default_factory=StrategyConfig)
+    warmup: WarmupConfig = field(default_factory=WarmupConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
+    promote: PromoteConfig = field(default_factory=PromoteConfig)
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
 
+# -- building a config from data ------------------------------------------------------------------
 def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
 
 def _coerce(value: Any, tp: Any, where: str) -> Any:
-    """Check `value` against the annotation `tp`, converting only int -> float."""
+    """Check `value` against the annotation `tp`, converting only int -> float (and YAML's exponent strings)."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(tp)
@@ -182,18 +356,19 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
                 pass  # try the next member of the union; the error below names them all
         raise UserError(f"{where}: expected {_type_name(tp)}, got {value!r}")
     if dataclasses.is_dataclass(tp):
-        if not isinstance(value, dict):
+        if not isinstance(value, Mapping):
             raise UserError(f"{where}: expected a mapping of {tp.__name__} fields, got {value!r}")
         return from_dict(tp, value, where)
     if origin is list:
         (item,) = typing.get_args(tp)
-        if not isinstance(value, list):
+        if not isinstance(value, (list, tuple)):
             raise UserError(f"{where}: expected a list, got {value!r}")
         return [_coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
-        if not isinstance(value, dict):
+        if not isinstance(value, Mapping):
             raise UserError(f"{where}: expected a mapping, got {value!r}")
-        return dict(value)
+        key_type, value_type = typing.get_args(tp)
+        return {_coerce(k, key_type, where): _coerce(v, value_type, f"{where}.{k}") for k, v in value.items()}
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if tp is float and isinstance(value, str):
@@ -206,29 +381,45 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         return value
     if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
         raise UserError(f"{where}: expected {_type_name(tp)}, got {value!r} ({type(value).__name__})")
+    if tp is float and not math.isfinite(value):
+        raise UserError(f"{where}: expected a finite number, got {value!r}")
     return value
 
 
-def from_dict(cls: type, data: dict, where: str = "") -> Any:
+def from_dict(cls: type, data: Mapping[str, Any], where: str = "") -> Any:
     """Build dataclass `cls` from a mapping; unknown keys and wrong types raise UserError."""
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
+    prefix = f"{where}." if where else ""
+    for key in data:
+        if f"{prefix}{key}" in RENAMED:
+            raise UserError(f"config key {prefix}{key} was renamed to {RENAMED[prefix + key]}; use that")
+        if not where and key in RENAMED_SECTIONS:
+            raise UserError(f"config section {key!r} was renamed to {RENAMED_SECTIONS[key]!r}; use that")
     unknown = sorted(set(data) - names)
     if unknown:
-        prefix = f"{where}." if where else ""
         raise UserError(
             f"unknown config key(s) {', '.join(prefix + k for k in unknown)}; "
             f"valid keys here: {', '.join(sorted(names))}"
         )
-    kwargs = {
-        key: _coerce(value, hints[key], f"{where}.{key}" if where else key)
-        for key, value in data.items()
-    }
+    kwargs = {key: _coerce(value, hints[key], f"{prefix}{key}") for key, value in data.items()}
     return cls(**kwargs)
 
 
 def to_dict(config: Any) -> dict:
     return dataclasses.asdict(config)
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mapping -> {"a.b": value}; lists and dicts below the leaves become JSON strings."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, f"{name}."))
+        else:
+            out[name] = json.dumps(value) if isinstance(value, (list, tuple, Mapping)) else value
+    return out
 
 
 def recipe_path(name: str) -> Path:
@@ -256,21 +447,33 @@ def _set_dotted(data: dict, key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def parse_overrides(overrides: list[str]) -> dict:
+def parse_overrides(overrides: Sequence[str]) -> dict:
     """`a.b=value` strings -> nested dict; values are parsed as YAML (so 3, 1e-4, [1,2], true work)."""
     data: dict = {}
     for item in overrides:
         key, sep, raw = item.partition("=")
-        if not sep or not key:
+        if not sep or not key.strip():
             raise UserError(f"override {item!r} is not of the form key=value (e.g. train.max_steps=10)")
-        _set_dotted(data, key.strip(), yaml.safe_load(raw))
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError as err:
+            raise UserError(f"override {item!r}: the value is not valid YAML ({err})") from None
+        _set_dotted(data, key.strip(), value)
     return data
 
 
-def merge(base: dict, update: dict) -> dict:
+def nest(values: Mapping[str, Any]) -> dict:
+    """{"a.b": value} (typed values, as components pass them) -> nested dict."""
+    data: dict = {}
+    for key, value in values.items():
+        _set_dotted(data, key, value)
+    return data
+
+
+def merge(base: Mapping, update: Mapping) -> dict:
     out = dict(base)
     for key, value in update.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
             out[key] = merge(out[key], value)
         else:
             out[key] = value
@@ -287,7 +490,15 @@ def read_yaml(path: Path) -> dict:
     return data
 
 
-def load_config(recipe: str | None = None, overrides: list[str] | None = None) -> Config:
-    """Defaults <- recipe YAML <- `key=value` overrides, validated."""
+def load_config(
+    recipe: str | None = None,
+    overrides: Sequence[str] = (),
+    values: Mapping[str, Any] | None = None,
+) -> Config:
+    """Defaults <- recipe YAML <- typed `values` ({"a.b": value}) <- `key=value` strings, validated."""
     data = read_yaml(recipe_path(recipe)) if recipe else {}
-    return from_dict(Config, merge(data, parse_overrides(overrides or [])))
+    if "recipe" in data:
+        raise UserError(f"recipe {recipe}: 'recipe' is not a section; it records the recipe's own name")
+    data = merge(merge(data, nest(values or {})), parse_overrides(overrides))
+    data["recipe"] = recipe
+    return from_dict(Config, data)

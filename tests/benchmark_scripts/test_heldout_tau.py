@@ -31,7 +31,7 @@ def test_export_scores_as_the_trainers_final_eval(tiny_target, tmp_path):
 
     out = tmp_path / "scores.json"
     done = _score("--draft", str(run / "export"), "--eval", f"held={held}", f"train={train}",
-                  "--out", str(out), "--", f"target.name_or_path={target}", "strategy.num_anchors=4")
+                  "--out", str(out), "--", f"target.name_or_path={target}", "objective.num_anchors=4")
     assert done.returncode == 0, done.stderr[-3000:]
     scores = json.loads(out.read_text())["results"]
     # The trainer scored the held-out set in batches of 2 with the weights in memory; the script loads

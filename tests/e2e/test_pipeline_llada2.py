@@ -60,7 +60,7 @@ def test_recipe_holds_the_llada2_settings():
 
     config = load_config("llada2_sft")
     assert config.target.name_or_path == "inclusionAI/LLaDA2.1-mini" and config.target.trust_remote_code
-    assert (config.strategy.name, config.strategy.mask_token_id) == ("mdlm", 156895)
+    assert (config.objective.name, config.objective.mask_token_id) == ("mdlm", 156895)
     assert config.train.lr == 2e-5 and config.data.max_length == 1024 and config.train.epochs == 5
     assert config.train.micro_batch_size * config.train.grad_accum_steps * 8 == 32  # global batch on 8 GPUs
 
@@ -74,7 +74,7 @@ def test_runs_locally_end_to_end_with_mlflow(tmp_path, monkeypatch, mlflow_serve
     (tmp_path / "data").mkdir()
     alphabet_chats(tmp_path / "data" / "train.jsonl", rows=16, length=24)
     module, _ = run_stage.load_pipeline(PIPELINE)
-    overrides = [*module.PROFILES["local"]["train_overrides"], f"strategy.mask_token_id={MASK_ID}"]
+    overrides = [*module.PROFILES["local"]["train_overrides"], f"objective.mask_token_id={MASK_ID}"]
     experiment = "llada2-local"
 
     code = cli.main(["run", str(PIPELINE), "--local", f"target={model}", f"model_uri={model}",

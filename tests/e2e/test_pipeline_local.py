@@ -69,7 +69,6 @@ TINY_RUN = [
 
 
 @pytest.mark.slow
-@pytest.mark.skipif("evaluate" not in cli.COMMANDS, reason="needs the `flashdraft evaluate` command")
 def test_the_local_dag_trains_evaluates_registers_and_promotes(in_tmp, mlflow_server, tiny_target, capfd):
     name, experiment = "dflash-tiny", "pipeline-e2e"
     target = str(tiny_target("qwen3"))

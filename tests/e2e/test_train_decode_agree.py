@@ -44,7 +44,7 @@ def test_drafted_blocks_equal_the_training_forward(model_type):
     assert len(proposer.steps) >= 4
 
     sequence = torch.cat([ids[0], torch.tensor(result.tokens)])[None]
-    config = from_dict(Config, {"strategy": {"attention": "sdpa"}})
+    config = from_dict(Config, {"objective": {"attention": "sdpa"}})
     strategy = DFlashStrategy(config, draft.config, target.config)
     strategy.target = FrozenTarget(target)
     anchors = torch.tensor([[start for start, _ in proposer.steps]])

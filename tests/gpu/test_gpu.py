@@ -64,8 +64,8 @@ def test_training_learns_on_cuda_with_bf16_target(tiny_target, tmp_path, nproc):
     data = alphabet_chats(tmp_path / "chats.jsonl", rows=200)
     out = tmp_path / "run"
     done = run_cli(["train", *tiny_train_args(tiny_target("qwen3"), data, out, **{
-        "target.dtype": "bfloat16", "strategy.attention": "flex", "draft.block_size": 8,
-        "strategy.num_anchors": 8, "train.micro_batch_size": 4 // nproc, "train.lr": "3e-3",
+        "target.dtype": "bfloat16", "objective.attention": "flex", "draft.block_size": 8,
+        "objective.num_anchors": 8, "train.micro_batch_size": 4 // nproc, "train.lr": "3e-3",
         "train.epochs": 100, "train.max_steps": 150, "train.log_every": 10, "data.eval_samples": 16,
         "train.checkpoint_every": 1000})], torchrun=nproc if nproc > 1 else 0)
     assert done.returncode == 0, done.stderr[-3000:]

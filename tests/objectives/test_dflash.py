@@ -124,7 +124,7 @@ def test_compiled_attention_pads_to_whole_blocks_and_padding_changes_nothing(tin
 
 
 def test_compiled_layers_match_eager_layers(tiny_target):
-    """strategy.compile_layers: same loss and gradients as the eager draft, over two batch lengths."""
+    """objective.compile_layers: same loss and gradients as the eager draft, over two batch lengths."""
     eager_strat, eager = make_strategy(tiny_target("qwen3"), num_anchors=4)
     strat, draft = make_strategy(tiny_target("qwen3"), num_anchors=4, compile_layers=True)
     assert all(layer._compiled_call_impl is not None for layer in draft.layers)

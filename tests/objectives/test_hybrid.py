@@ -16,8 +16,8 @@ ALPHA = 0.7
 
 
 def test_loss_matches_an_explicit_loop(bidirectional_model):  # noqa: F811
-    strategy = make_strategy(bidirectional_model, "hybrid", **{"strategy.alpha": ALPHA, "strategy.masking": "block",
-                                                               "strategy.mask_block_size": 6})
+    strategy = make_strategy(bidirectional_model, "hybrid", **{"objective.alpha": ALPHA, "objective.masking": "block",
+                                                               "objective.mask_block_size": 6})
     model = strategy.build(torch.device("cpu"))
     prepared = strategy.prepare(make_batch(ROWS), step=1)
     loss_sum, sums = strategy.loss(model, prepared)
@@ -58,7 +58,7 @@ def test_loss_matches_an_explicit_loop(bidirectional_model):  # noqa: F811
 
 def test_block_masking_rates_match_p(causal_model):  # noqa: F811
     """Causal models need no override here; each block of 8 draws its own t."""
-    strategy = make_strategy(causal_model, "hybrid", **{"strategy.masking": "block", "strategy.mask_block_size": 8})
+    strategy = make_strategy(causal_model, "hybrid", **{"objective.masking": "block", "objective.mask_block_size": 8})
     n, length, block = 600, 40, 8
     batch = make_batch([(sid, length) for sid in range(n)])
     prepared = strategy.prepare(batch, step=0)
@@ -82,7 +82,7 @@ def test_block_masking_rates_match_p(causal_model):  # noqa: F811
 
 
 def test_position_zero_and_split_invariance(bidirectional_model):  # noqa: F811
-    strategy = make_strategy(bidirectional_model, "hybrid", **{"strategy.alpha": ALPHA})
+    strategy = make_strategy(bidirectional_model, "hybrid", **{"objective.alpha": ALPHA})
     batch = make_batch(ROWS)
     batch.loss_mask[:, 0] = True
     assert strategy.prepare(batch, step=0).num_targets == int(batch.loss_mask[:, 1:].sum())

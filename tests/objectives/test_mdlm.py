@@ -59,7 +59,7 @@ def test_loss_matches_an_explicit_loop(bidirectional_model):
 
 
 def test_model_sees_future_tokens(causal_model):
-    strategy = make_strategy(causal_model, **{"strategy.allow_causal_model": "true"})
+    strategy = make_strategy(causal_model, **{"objective.allow_causal_model": "true"})
     model = strategy.build(torch.device("cpu")).eval()
     ids = torch.randint(4, 260, (2, 12), generator=torch.Generator().manual_seed(0))
     changed = ids.clone()
@@ -163,8 +163,8 @@ def test_same_gradients_on_two_ranks(tmp_path):
 
     def args(name, strategy, micro, accum):
         return tiny_train_args(model, data, tmp_path / name, **{
-            "strategy.name": strategy, "strategy.mask_token_id": MASK_ID, "strategy.masking": "block",
-            "strategy.mask_block_size": 8, "train.micro_batch_size": micro, "train.grad_accum_steps": accum})
+            "objective.name": strategy, "objective.mask_token_id": MASK_ID, "objective.masking": "block",
+            "objective.mask_block_size": 8, "train.micro_batch_size": micro, "train.grad_accum_steps": accum})
 
     strategies = ("mdlm", "hybrid")
     (tmp_path / "one").mkdir()
@@ -217,7 +217,7 @@ def test_export_round_trips(bidirectional_model, tmp_path):
 def test_export_of_a_causal_model_trained_bidirectionally(causal_model, tmp_path):
     """Plain transformers then runs it the way mdlm trained it; hybrid keeps the model's own attention."""
     for name, expected in (("mdlm", False), ("hybrid", True)):
-        strategy = make_strategy(causal_model, name, **{"strategy.allow_causal_model": "true"})
+        strategy = make_strategy(causal_model, name, **{"objective.allow_causal_model": "true"})
         model = strategy.build(torch.device("cpu"))
         strategy.export(model.state_dict(), tmp_path / name, recipe=None)
         config = AutoModelForCausalLM.from_pretrained(tmp_path / name).config
@@ -279,7 +279,7 @@ def test_remote_code_diffusion_model_trains_and_exports(tmp_path):
     data = alphabet_chats(tmp_path / "chats.jsonl", rows=6, length=16)
     out = tmp_path / "out"
     code = cli.main(["train", *tiny_train_args(model, data, out, **{
-        "strategy.name": "mdlm", "strategy.mask_token_id": MASK_ID, "target.trust_remote_code": "true",
+        "objective.name": "mdlm", "objective.mask_token_id": MASK_ID, "target.trust_remote_code": "true",
         "train.micro_batch_size": 2, "train.max_steps": 2})])
     assert code == 0  # a bidirectional model type: no allow_causal_model needed
     exported = AutoModelForCausalLM.from_pretrained(out / "export", trust_remote_code=True)
@@ -290,24 +290,24 @@ def test_remote_code_diffusion_model_trains_and_exports(tmp_path):
 
 # -- bad input ---------------------------------------------------------------------------------
 def test_missing_mask_token_is_a_clear_error(bidirectional_model):
-    config = load_config(None, [f"target.name_or_path={bidirectional_model}", "strategy.name=mdlm"])
-    with pytest.raises(UserError, match=r"strategy.mask_token_id.*156895"):
+    config = load_config(None, [f"target.name_or_path={bidirectional_model}", "objective.name=mdlm"])
+    with pytest.raises(UserError, match=r"objective.mask_token_id.*156895"):
         get_strategy("mdlm").plan(config, load_target_config(str(bidirectional_model)),
                                   load_tokenizer(str(bidirectional_model)))
     with pytest.raises(UserError, match="outside the model's vocabulary"):
-        make_strategy(bidirectional_model, **{"strategy.mask_token_id": 10_000})
+        make_strategy(bidirectional_model, **{"objective.mask_token_id": 10_000})
 
 
 def test_causal_model_needs_the_override(causal_model, tmp_path, capsys):
     with pytest.raises(UserError, match="bidirectional.*allow_causal_model=true"):
-        make_strategy(causal_model, **{"strategy.mask_token_id": MASK_ID})
+        make_strategy(causal_model, **{"objective.mask_token_id": MASK_ID})
     # Through the command line: exit 2, one line naming the fix, nothing written.
     data = alphabet_chats(tmp_path / "chats.jsonl", rows=4)
     out = tmp_path / "out"
     code = cli.main(["train", *tiny_train_args(causal_model, data, out, **{
-        "strategy.name": "mdlm", "strategy.mask_token_id": MASK_ID})])
+        "objective.name": "mdlm", "objective.mask_token_id": MASK_ID})])
     assert code == 2
-    assert "strategy.allow_causal_model=true" in capsys.readouterr().err
+    assert "objective.allow_causal_model=true" in capsys.readouterr().err
     assert not out.exists()
 
 

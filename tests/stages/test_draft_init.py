@@ -29,7 +29,7 @@ def _init(capsys, target, out, *extra):
         (["--mask-token-id", "288"], "outside the target's embedding (vocab 288)"),
         (["--mask-token-id", "0"], "pad/eos/bos"),
         (["--mask-token-id", "2"], "pad/eos/bos"),
-        (["--block-size", "1"], "block size must be >= 2"),
+        (["--block-size", "1"], "draft.block_size must be >= 2, got 1"),
     ],
 )
 def test_bad_options_fail_clearly_and_write_nothing(capsys, tiny_target, tmp_path, args, message):
@@ -87,7 +87,7 @@ def test_the_command_logs_a_draft_init_run_nested_under_the_pipeline_run(capsys,
     monkeypatch.setenv(PARENT_RUN_ENV, parent)
     out = tmp_path / "d"
     assert _init(capsys, tiny_target("qwen3"), out, "--num-layers", "1")[0] == 0
-    assert _init(capsys, tiny_target("qwen3"), tmp_path / "bad", "--block-size", "1")[0] == 2
+    assert _init(capsys, tiny_target("qwen3"), tmp_path / "bad", "--target-layer-ids", "1,6")[0] == 2
 
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("e").experiment_id],

@@ -69,10 +69,10 @@ def test_same_gradients_for_any_split(tiny_target, tmp_path):
             "data.eval_samples": 3, **extra})
 
     one, accum = run_probes(tmp_path, {"one": args("one", 4, 1), "accum": args("accum", 2, 2)})
-    # Compiled draft layers (strategy.compile_layers) under FSDP2 on 2 ranks: the same numbers too.
+    # Compiled draft layers (objective.compile_layers) under FSDP2 on 2 ranks: the same numbers too.
     ranks, sharded, compiled = run_probes(tmp_path, {
         "ranks": args("ranks", 1, 2), "sharded": args("sharded", 1, 2, **{"train.shard_target": "true"}),
-        "compiled": args("compiled", 1, 2, **{"strategy.compile_layers": "true"})}, nproc=2)
+        "compiled": args("compiled", 1, 2, **{"objective.compile_layers": "true"})}, nproc=2)
     assert float(one["sums"]["targets"]) > 0
     for other in (accum, ranks, sharded, compiled):
         assert torch.equal(other["sums"]["targets"], one["sums"]["targets"])

@@ -39,8 +39,16 @@ def test_unknown_key_and_wrong_type(capsys, no_weights):
     assert "unknown config key(s) train.max_stepz" in train_error(capsys, ["train.max_stepz=3"])
     err = train_error(capsys, ["train.max_steps=many"])
     assert "train.max_steps: expected int" in err and "many" in err
-    assert "strategy.attention: expected auto, flex or sdpa" in train_error(capsys, ["strategy.attention=dense"])
-    assert "strategy.name: unknown strategy 'eagle'" in train_error(capsys, ["strategy.name=eagle"])
+    assert "objective.attention must be one of auto, flex, sdpa, got 'dense'" in train_error(
+        capsys, ["objective.attention=dense"])
+    assert "objective.name: unknown strategy 'eagle'" in train_error(capsys, ["objective.name=eagle"])
+
+
+def test_renamed_keys_name_their_new_names(capsys, no_weights):
+    err = train_error(capsys, ["train.warmup_steps=10"])
+    assert "train.warmup_steps was renamed to train.lr_warmup_steps" in err
+    assert "train.lr_warmup_ratio" in train_error(capsys, ["train.warmup_ratio=0.1"])
+    assert "section 'strategy' was renamed to 'objective'" in train_error(capsys, ["strategy.num_anchors=4"])
 
 
 def test_dataset_without_assistant_turns(capsys, no_weights, tiny_target, tmp_path):
@@ -73,5 +81,5 @@ def test_draft_that_does_not_fit(capsys, no_weights, tiny_target, tmp_path):
 def test_flex_attention_needs_a_gpu(capsys, tiny_target, tmp_path):
     data = alphabet_chats(tmp_path / "chats.jsonl", rows=8)
     err = train_error(capsys, tiny_train_args(tiny_target("qwen3"), data, tmp_path / "out",
-                                              **{"strategy.attention": "flex"}))
+                                              **{"objective.attention": "flex"}))
     assert "needs a CUDA device" in err

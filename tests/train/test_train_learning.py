@@ -17,7 +17,7 @@ def test_expected_tau_climbs(tiny_target, tmp_path):
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     done = run_cli(["train", *tiny_train_args(tiny_target("qwen3"), data, out, **{
         "tracking.uri": store, "tracking.experiment": "learn",
-        "draft.block_size": 8, "strategy.num_anchors": 8, "train.micro_batch_size": 4, "train.lr": "3e-3",
+        "draft.block_size": 8, "objective.num_anchors": 8, "train.micro_batch_size": 4, "train.lr": "3e-3",
         "train.epochs": 100, "train.max_steps": 200, "train.log_every": 20, "data.eval_samples": 16,
         "train.checkpoint_every": 1000})], cpu=True)
     assert done.returncode == 0, done.stderr[-3000:]

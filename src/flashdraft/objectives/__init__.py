@@ -41,6 +41,6 @@ STRATEGIES: dict[str, str] = {
 def get_strategy(name: str) -> type:
     """The strategy class registered under `name`."""
     if name not in STRATEGIES:
-        raise UserError(f"strategy.name: unknown strategy {name!r}; known: {', '.join(sorted(STRATEGIES))}")
+        raise UserError(f"objective.name: unknown strategy {name!r}; known: {', '.join(sorted(STRATEGIES))}")
     module, _, cls = STRATEGIES[name].partition(":")
     return getattr(importlib.import_module(module), cls)

@@ -91,8 +91,8 @@ class DFlashStrategy:
         self.draft_config = draft_config
         self.target_config = target_config
         self.block_size = draft_config.block_size
-        self.num_anchors = config.strategy.num_anchors
-        self.gamma = config.strategy.gamma or decay_gamma(self.block_size)
+        self.num_anchors = config.objective.num_anchors
+        self.gamma = config.objective.gamma or decay_gamma(self.block_size)
         self.weights = slot_weights(self.block_size, self.gamma)
         self.target: FrozenTarget | None = None
         self.use_flex = False
@@ -121,13 +121,13 @@ class DFlashStrategy:
         return 2 * self.block_size
 
     def flex_on(self, device: torch.device) -> bool:
-        """Whether the draft's attention is compiled FlexAttention on `device` (strategy.attention)."""
-        choice = self.config.strategy.attention
+        """Whether the draft's attention is compiled FlexAttention on `device` (objective.attention)."""
+        choice = self.config.objective.attention
         return choice == "flex" or (choice == "auto" and device.type == "cuda")
 
     def compiles(self, device: torch.device) -> bool:
         """Whether the draft runs compiled code on `device` (FlexAttention or strategy.compile_layers)."""
-        return self.flex_on(device) or self.config.strategy.compile_layers
+        return self.flex_on(device) or self.config.objective.compile_layers
 
     def pad_multiple(self, device: torch.device) -> int:
         """data.pad_to_multiple, raised to whole FlexAttention blocks where the draft is compiled.
@@ -147,8 +147,8 @@ class DFlashStrategy:
         self.compute_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
         if self.use_flex and device.type != "cuda":
             raise UserError(
-                "strategy.attention=flex needs a CUDA device (FlexAttention has no backward on CPU); "
-                "use strategy.attention=sdpa or auto"
+                "objective.attention=flex needs a CUDA device (FlexAttention has no backward on CPU); "
+                "use objective.attention=sdpa or auto"
             )
         if self.compiles(device):
             # One compiled graph per padded sequence length (pad_multiple buckets); the default limit
@@ -169,7 +169,7 @@ class DFlashStrategy:
             torch.manual_seed(self.config.draft.seed)
             draft = DFlashDraftModel(self.draft_config)
         draft = draft.float().to(device).train()
-        if self.config.strategy.compile_layers:
+        if self.config.objective.compile_layers:
             draft.compile_layers()
         return draft
 
@@ -252,7 +252,7 @@ class DFlashStrategy:
             target.lm_head.weight.to(self.compute_dtype),
             labels,
             self.weights.to(device)[slot],
-            self.config.strategy.lm_head_chunk,
+            self.config.objective.lm_head_chunk,
         )
         correct = torch.zeros_like(prepared.label_mask)
         correct.view(n, -1)[select] = preds == labels

@@ -2,8 +2,8 @@
 
 Two forwards per micro-batch over the same samples:
 - diffusion: supervised tokens masked as in `mdlm` and the corrupted sequence read bidirectionally.
-  `strategy.masking=uniform`: one t per sample (exactly mdlm's corruption); `block`: the sample is cut
-  into blocks of `strategy.mask_block_size` positions (from position 0) and each block draws its own t,
+  `objective.masking=uniform`: one t per sample (exactly mdlm's corruption); `block`: the sample is cut
+  into blocks of `objective.mask_block_size` positions (from position 0) and each block draws its own t,
   so one sequence mixes nearly clean and nearly fully masked spans. p = (1 - eps) t + eps per position.
 - autoregressive: the clean sequence under a causal mask; position i-1 predicts token i.
 
@@ -32,8 +32,8 @@ class HybridStrategy(MDLMStrategy):
 
     def __init__(self, config: Config, model_config, mask_token_id: int):
         super().__init__(config, model_config, mask_token_id)
-        self.alpha = config.strategy.alpha
-        self.block = config.strategy.mask_block_size if config.strategy.masking == "block" else None
+        self.alpha = config.objective.alpha
+        self.block = config.objective.mask_block_size if config.objective.masking == "block" else None
 
     @classmethod
     def plan(cls, config: Config, target_config, tokenizer) -> HybridStrategy:

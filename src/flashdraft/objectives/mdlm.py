@@ -52,19 +52,19 @@ def is_bidirectional(model_config) -> bool:
 
 
 def resolve_mask_token(config: Config, model_config, tokenizer) -> int:
-    """strategy.mask_token_id, else the tokenizer's mask token; an error naming the fix when neither exists."""
-    mask_id = config.strategy.mask_token_id
+    """objective.mask_token_id, else the tokenizer's mask token; an error naming the fix when neither exists."""
+    mask_id = config.objective.mask_token_id
     if mask_id is None:
         mask_id = getattr(tokenizer, "mask_token_id", None)
     if mask_id is None:
         raise UserError(
-            f"strategy {config.strategy.name}: no mask token: strategy.mask_token_id is not set and the tokenizer "
-            f"of {config.target.name_or_path} has none; set strategy.mask_token_id=<the model's [MASK] id> "
+            f"strategy {config.objective.name}: no mask token: objective.mask_token_id is not set and the tokenizer "
+            f"of {config.target.name_or_path} has none; set objective.mask_token_id=<the model's [MASK] id> "
             "(LLaDA2.x: 156895)"
         )
     vocab = model_config.vocab_size
     if not 0 <= mask_id < vocab:
-        raise UserError(f"strategy.mask_token_id={mask_id} is outside the model's vocabulary (0..{vocab - 1})")
+        raise UserError(f"objective.mask_token_id={mask_id} is outside the model's vocabulary (0..{vocab - 1})")
     return int(mask_id)
 
 
@@ -106,7 +106,7 @@ class MDLMStrategy:
         self.config = config
         self.model_config = model_config
         self.mask_token_id = mask_token_id
-        self.eps = config.strategy.mdlm_eps
+        self.eps = config.objective.mdlm_eps
         self.attention = config.target.attn_implementation
         self.device = torch.device("cpu")
         self.layer_flops: TargetFlops | None = None
@@ -116,26 +116,26 @@ class MDLMStrategy:
         """Checks shared by the diffusion strategies; returns the mask token id."""
         if config.target.attn_implementation not in MASKED_ATTENTION:
             raise UserError(
-                f"strategy {config.strategy.name} gives the model an explicit 4D attention mask, which "
+                f"strategy {config.objective.name} gives the model an explicit 4D attention mask, which "
                 f"target.attn_implementation={config.target.attn_implementation!r} does not take; "
                 "set target.attn_implementation=sdpa (or eager)"
             )
         if config.draft.init_from and not (Path(config.draft.init_from) / "config.json").is_file():
             raise UserError(
                 f"draft.init_from: {config.draft.init_from!r} is not a model folder (no config.json); give an "
-                f"earlier export of strategy {config.strategy.name} or leave draft.init_from out"
+                f"earlier export of strategy {config.objective.name} or leave draft.init_from out"
             )
         return resolve_mask_token(config, model_config, tokenizer)
 
     @classmethod
     def plan(cls, config: Config, target_config, tokenizer) -> MDLMStrategy:
         mask_id = cls.check(config, target_config, tokenizer)
-        if not is_bidirectional(target_config) and not config.strategy.allow_causal_model:
+        if not is_bidirectional(target_config) and not config.objective.allow_causal_model:
             raise UserError(
                 f"strategy mdlm needs a bidirectional (diffusion) model, and {config.target.name_or_path} is a "
                 f"causal-only {target_config.model_type!r} model: MDLM denoises masked tokens from both sides, "
                 "which such a model was never trained to do. Use a diffusion LM (e.g. inclusionAI/LLaDA2.1-mini), "
-                "strategy.name=hybrid to keep an autoregressive loss, or strategy.allow_causal_model=true to "
+                "objective.name=hybrid to keep an autoregressive loss, or objective.allow_causal_model=true to "
                 "train this model bidirectionally anyway"
             )
         return cls(config, target_config, mask_id)

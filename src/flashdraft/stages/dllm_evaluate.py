@@ -131,7 +131,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="config overrides as in training, e.g. data.train=chats.jsonl data.eval_samples=64")
 
 
-def run(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     if not (Path(args.model) / "config.json").is_file():
         raise UserError(f"--model {args.model!r} is not a model folder (no config.json); give a train export")
     if args.gen_length < 1 or args.steps < 1:

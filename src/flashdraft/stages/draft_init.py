@@ -158,7 +158,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trust-remote-code", action="store_true", help="allow the target's own model code")
 
 
-def run(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     draft = load_config(args.recipe).draft if args.recipe else DraftConfig()
     given = {
         "num_layers": args.num_layers,

@@ -289,7 +289,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI)")
 
 
-def run(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     report = evaluate(
         draft=args.draft, target=args.target, benches=args.bench, output=args.output,
         num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, temperature=args.temperature,

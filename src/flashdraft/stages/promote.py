@@ -161,7 +161,7 @@ def write_json_atomically(data: Mapping[str, Any], path: Path) -> None:
     os.replace(tmp, path)
 
 
-def run(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     if not 0.0 <= args.min_lossless <= 1.0:
         raise UserError(f"--min-lossless is a fraction in [0, 1], got {args.min_lossless}")
     if args.min_tau_gain < 0:

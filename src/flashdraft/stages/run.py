@@ -1,12 +1,9 @@
-"""`flashdraft run` and `flashdraft submit`: a pipeline file run on this machine, or sent to Kubeflow.
+"""`flashdraft run PIPELINE.py --local [name=value ...]`: a pipeline file's DAG run on this machine with kfp's
+local SubprocessRunner, using the pipeline module's `PROFILES["local"]` arguments (then yours).
 
-The only flashdraft module that imports kfp (inside functions, so the library works without it).
-
-    flashdraft run pipelines/dflash_nano30b.py --local [name=value ...]
-        runs the pipeline's DAG with kfp's local SubprocessRunner, using the pipeline module's
-        `PROFILES["local"]` arguments (then yours), and prints the result.
-    flashdraft submit pipelines/dflash_nano30b.py --host URL --experiment NAME [name=value ...]
-        compiles the pipeline and creates a run on a Kubeflow Pipelines server.
+The Kubeflow edge: with `stages/submit.py`, the only flashdraft modules that import kfp (inside
+functions, so the library works without it). Also home of what both commands share: loading a
+pipeline file, its `name=value` arguments, compiling it.
 """
 
 from __future__ import annotations
@@ -137,55 +134,6 @@ def compile_pipeline(path: str | Path, output: str | Path, env: Mapping[str, str
     return output
 
 
-def disable_caching(package: Path) -> None:
-    """Turn caching off on every task of a compiled pipeline, nested DAGs included (kfp.Client's own
-    `enable_caching` override reaches only the top-level tasks, not those inside an exit handler)."""
-    documents = list(yaml.safe_load_all(package.read_text()))
-    spec = documents[0]
-    dags = [spec["root"].get("dag", {})] + [c["dag"] for c in spec.get("components", {}).values() if "dag" in c]
-    for dag in dags:
-        for task in dag.get("tasks", {}).values():
-            task["cachingOptions"] = {"enableCache": False}
-    package.write_text(yaml.safe_dump_all(documents, sort_keys=False))
-
-
-def submit(
-    path: str | Path,
-    items: Sequence[str] = (),
-    *,
-    host: str,
-    experiment: str,
-    run_name: str | None = None,
-    namespace: str | None = None,
-    service_account: str | None = None,
-    cache: bool = True,
-    env: Mapping[str, str] | None = None,
-):
-    """Compile the pipeline and create a run on the Kubeflow Pipelines server at `host`.
-
-    `cache=False` runs every step afresh; with True, steps cache as compiled (evaluation, promotion and
-    the MLflow steps never do).
-    """
-    import kfp
-
-    _, pipeline = load_pipeline(path, env)
-    arguments = parse_arguments(pipeline, items)
-    client = kfp.Client(host=host, namespace=namespace)
-    with tempfile.TemporaryDirectory() as tmp:
-        package = Path(tmp) / "pipeline.yaml"
-        compile_pipeline(path, package, env)
-        if not cache:
-            disable_caching(package)
-        return client.create_run_from_pipeline_package(
-            str(package),
-            arguments=arguments,
-            run_name=run_name,
-            experiment_name=experiment,
-            namespace=namespace,
-            service_account=service_account,
-        )
-
-
 def _number(value: Any) -> str:
     try:
         return f"{float(value):.3f}"
@@ -199,63 +147,17 @@ def ui_hint(tracking_uri: str) -> str:
     return f"mlflow ui --backend-store-uri {tracking_uri}   (then open http://127.0.0.1:5000)"
 
 
-def _compile_env(args: argparse.Namespace) -> dict[str, str]:
-    env = {}
-    if args.workspace_size:
-        env["FLASHDRAFT_WORKSPACE_SIZE"] = args.workspace_size
-    if args.storage_class:
-        env["FLASHDRAFT_STORAGE_CLASS"] = args.storage_class
-    return env
-
-
-def _collect_pairs_after_options(parser: argparse.ArgumentParser) -> None:
-    """Accept `name=value` after options too (`run x.py --local a=1`): argparse fills a `*` positional
-    only from the first run of positionals, so later pairs come back as extras; take them here."""
-    parse_known_args = parser.parse_known_args
-
-    def parse(args=None, namespace=None):
-        namespace, extras = parse_known_args(args, namespace)
-        pairs = [item for item in extras if "=" in item and not item.startswith("-")]
-        namespace.arguments = [*namespace.arguments, *pairs]
-        return namespace, [item for item in extras if item not in pairs]
-
-    parser.parse_known_args = parse
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    # One module serves both commands (it is the only one allowed to import kfp).
     parser.add_argument("pipeline", type=Path, help="pipeline file, e.g. pipelines/dflash_nano30b.py")
     parser.add_argument("arguments", nargs="*", metavar="name=value", help="pipeline parameters")
-    _collect_pairs_after_options(parser)
-    if parser.prog.split()[-1] == "run":
-        parser.add_argument("--local", action="store_true", required=True,
-                            help="run here with kfp's local runner (the only place `run` runs)")
-        parser.add_argument("--profile", default="local",
-                            help="the pipeline's argument profile (default %(default)s; 'none': its defaults)")
-        parser.add_argument("--pipeline-root", default="flashdraft-runs", help="where step outputs are kept")
-        return
-    parser.add_argument("--host", required=True, help="Kubeflow Pipelines API endpoint")
-    parser.add_argument("--experiment", required=True, help="KFP experiment name (created if missing)")
-    parser.add_argument("--run-name", help="KFP run name")
-    parser.add_argument("--namespace", help="Kubeflow profile namespace (multi-user installs)")
-    parser.add_argument("--service-account", help="service account the run's pods use")
-    parser.add_argument("--no-cache", dest="cache", action="store_false",
-                        help="run every step afresh (default: steps cache as compiled; evaluate and promote never do)")
-    parser.add_argument("--workspace-size", help="size of the run's workspace volume (default: the pipeline's)")
-    parser.add_argument("--storage-class", help="storage class of the workspace volume (RWX)")
-    parser.add_argument("--output", type=Path, help="also write the compiled pipeline YAML here")
+    parser.add_argument("--local", action="store_true", required=True,
+                        help="run here with kfp's local runner (the only place `run` runs)")
+    parser.add_argument("--profile", default="local",
+                        help="the pipeline's argument profile (default %(default)s; 'none': its defaults)")
+    parser.add_argument("--pipeline-root", default="flashdraft-runs", help="where step outputs are kept")
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.command == "submit":
-        env = _compile_env(args)
-        if args.output:
-            compile_pipeline(args.pipeline, args.output, env)
-        result = submit(args.pipeline, args.arguments, host=args.host, experiment=args.experiment,
-                        run_name=args.run_name, namespace=args.namespace, service_account=args.service_account,
-                        cache=args.cache, env=env)
-        print(f"submitted run {result.run_id} to {args.host} (experiment {args.experiment})")
-        return 0
+def main(args: argparse.Namespace) -> int:
     profile = None if args.profile == "none" else args.profile
     try:
         summary = run_local(args.pipeline, args.arguments, profile=profile, pipeline_root=args.pipeline_root)

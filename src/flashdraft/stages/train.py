@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="config overrides, e.g. train.max_steps=100 data.train=chats.jsonl")
 
 
-def run(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     from flashdraft.train.distributed import teardown, torchrun_command
 
     config = load_config(args.config, args.overrides)  # bad keys fail here, before any launch

@@ -376,7 +376,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trust-remote-code", action="store_true", help="allow the target's own model code")
 
 
-def run(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     result = run_warmup(
         args.target, args.prompts, args.output, num_samples=args.num_samples,
         max_new_tokens=args.max_new_tokens, max_length=args.max_length, temperature=args.temperature,

@@ -8,12 +8,13 @@ MLflow parent run with a child per step. Only rank 0 should open runs.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from flashdraft.config import flatten, to_dict
 
 log = logging.getLogger(__name__)
 
@@ -45,18 +46,6 @@ def tracking_enabled(tracking_uri: str | None = None) -> bool:
     return bool(tracking_uri or os.environ.get("MLFLOW_TRACKING_URI"))
 
 
-def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested config -> {"a.b": value} for MLflow params (lists become JSON strings)."""
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(flatten(value, f"{name}."))
-        else:
-            out[name] = json.dumps(value) if isinstance(value, (list, tuple)) else value
-    return out
-
-
 class StepRun:
     """One MLflow run of a step; every method is a no-op when tracking is off."""
 
@@ -74,6 +63,12 @@ class StepRun:
             # MLflow caps a param value at 6000 characters.
             flat = {k: str(v)[:6000] for k, v in flatten(params).items()}
             mlflow.log_params(flat, run_id=self.run_id)
+
+    def log_config(self, config: Any) -> None:
+        """The resolved config: flattened as params, whole as config.json."""
+        resolved = to_dict(config)
+        self.log_params(resolved)
+        self.log_dict(resolved, "config.json")
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         if not self.active:

@@ -19,10 +19,10 @@ def build_optimizer(model: nn.Module, train: TrainConfig) -> torch.optim.AdamW:
     )
 
 
-def warmup_steps(train: TrainConfig, total_steps: int) -> int:
-    if train.warmup_steps is not None:
-        return min(train.warmup_steps, total_steps)
-    return round(train.warmup_ratio * total_steps)
+def lr_warmup_steps(train: TrainConfig, total_steps: int) -> int:
+    if train.lr_warmup_steps is not None:
+        return min(train.lr_warmup_steps, total_steps)
+    return round(train.lr_warmup_ratio * total_steps)
 
 
 def lr_factor(step: int, warmup: int, total: int) -> float:

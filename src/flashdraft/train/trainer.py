@@ -35,7 +35,7 @@ from flashdraft.tracking.runs import step_run
 from flashdraft.train.checkpoint import Checkpointer
 from flashdraft.train.distributed import setup, shard, shard_frozen
 from flashdraft.train.metrics import MetricsLog, add_sums, peak_memory_gb
-from flashdraft.train.optim import build_optimizer, build_schedule, warmup_steps
+from flashdraft.train.optim import build_optimizer, build_schedule, lr_warmup_steps
 from flashdraft.train.step import accumulate_gradients, global_sums
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ class Trainer:
             require_fast_path(target_config)
         self.fast_path = fast_path_status(target_config)
         tokenizer = load_tokenizer(t.name_or_path, trust_remote_code=t.trust_remote_code)
-        self.strategy = get_strategy(config.strategy.name).plan(config, target_config, tokenizer)
+        self.strategy = get_strategy(config.objective.name).plan(config, target_config, tokenizer)
         train_set, eval_set = prepare_datasets(
             config.data,
             tokenizer,
@@ -96,7 +96,7 @@ class Trainer:
             shard_frozen(self.strategy.frozen_shard_units())
         self.model = shard(model, self.strategy.shard_units(model), dist.device)
         self.optimizer = build_optimizer(self.model, train)
-        self.schedule = build_schedule(self.optimizer, warmup_steps(train, self.total_steps), self.total_steps)
+        self.schedule = build_schedule(self.optimizer, lr_warmup_steps(train, self.total_steps), self.total_steps)
         self.checkpointer = Checkpointer(self.out / "checkpoints", dist, train.keep_checkpoints)
 
     # -- one step --------------------------------------------------------------------------------

@@ -1,0 +1,97 @@
+"""`flashdraft submit PIPELINE.py --host URL --experiment NAME [name=value ...]`: compile a pipeline file and
+create a run on a Kubeflow Pipelines server. With `stages/run.py`, the Kubeflow edge (imports kfp)."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import yaml
+
+from flashdraft.stages.run import compile_pipeline, load_pipeline, parse_arguments
+
+
+def disable_caching(package: Path) -> None:
+    """Turn caching off on every task of a compiled pipeline, nested DAGs included (kfp.Client's own
+    `enable_caching` override reaches only the top-level tasks, not those inside an exit handler)."""
+    documents = list(yaml.safe_load_all(package.read_text()))
+    spec = documents[0]
+    dags = [spec["root"].get("dag", {})] + [c["dag"] for c in spec.get("components", {}).values() if "dag" in c]
+    for dag in dags:
+        for task in dag.get("tasks", {}).values():
+            task["cachingOptions"] = {"enableCache": False}
+    package.write_text(yaml.safe_dump_all(documents, sort_keys=False))
+
+
+def submit(
+    path: str | Path,
+    items: Sequence[str] = (),
+    *,
+    host: str,
+    experiment: str,
+    run_name: str | None = None,
+    namespace: str | None = None,
+    service_account: str | None = None,
+    cache: bool = True,
+    env: Mapping[str, str] | None = None,
+):
+    """Compile the pipeline and create a run on the Kubeflow Pipelines server at `host`.
+
+    `cache=False` runs every step afresh; with True, steps cache as compiled (evaluation, promotion and
+    the MLflow steps never do).
+    """
+    import kfp
+
+    _, pipeline = load_pipeline(path, env)
+    arguments = parse_arguments(pipeline, items)
+    client = kfp.Client(host=host, namespace=namespace)
+    with tempfile.TemporaryDirectory() as tmp:
+        package = Path(tmp) / "pipeline.yaml"
+        compile_pipeline(path, package, env)
+        if not cache:
+            disable_caching(package)
+        return client.create_run_from_pipeline_package(
+            str(package),
+            arguments=arguments,
+            run_name=run_name,
+            experiment_name=experiment,
+            namespace=namespace,
+            service_account=service_account,
+        )
+
+
+def _compile_env(args: argparse.Namespace) -> dict[str, str]:
+    env = {}
+    if args.workspace_size:
+        env["FLASHDRAFT_WORKSPACE_SIZE"] = args.workspace_size
+    if args.storage_class:
+        env["FLASHDRAFT_STORAGE_CLASS"] = args.storage_class
+    return env
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("pipeline", type=Path, help="pipeline file, e.g. pipelines/dflash_nano30b.py")
+    parser.add_argument("arguments", nargs="*", metavar="name=value", help="pipeline parameters")
+    parser.add_argument("--host", required=True, help="Kubeflow Pipelines API endpoint")
+    parser.add_argument("--experiment", required=True, help="KFP experiment name (created if missing)")
+    parser.add_argument("--run-name", help="KFP run name")
+    parser.add_argument("--namespace", help="Kubeflow profile namespace (multi-user installs)")
+    parser.add_argument("--service-account", help="service account the run's pods use")
+    parser.add_argument("--no-cache", dest="cache", action="store_false",
+                        help="run every step afresh (default: steps cache as compiled; evaluate and promote never do)")
+    parser.add_argument("--workspace-size", help="size of the run's workspace volume (default: the pipeline's)")
+    parser.add_argument("--storage-class", help="storage class of the workspace volume (RWX)")
+    parser.add_argument("--output", type=Path, help="also write the compiled pipeline YAML here")
+
+
+def main(args: argparse.Namespace) -> int:
+    env = _compile_env(args)
+    if args.output:
+        compile_pipeline(args.pipeline, args.output, env)
+    result = submit(args.pipeline, args.arguments, host=args.host, experiment=args.experiment,
+                    run_name=args.run_name, namespace=args.namespace, service_account=args.service_account,
+                    cache=args.cache, env=env)
+    print(f"submitted run {result.run_id} to {args.host} (experiment {args.experiment})")
+    return 0
