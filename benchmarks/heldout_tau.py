@@ -18,8 +18,6 @@ difference in the data from a difference between the two measures.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -50,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"error: {args.draft} has no config.json; give the export folder of a training run")
 
     from flashdraft.config import load_config
+    from flashdraft.files import write_json
     from flashdraft.train.distributed import teardown
     from flashdraft.train.trainer import Trainer
 
@@ -64,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                                                    f"data.train={spec}", f"data.eval={spec}", "data.limit=null",
                                                    "data.eval_samples=0", "train.micro_batch_size=1",
                                                    "train.grad_accum_steps=1", f"train.output_dir={scratch}/{name}"])
-                trainer = Trainer(config, recipe=args.config)
+                trainer = Trainer(config)
                 if not trainer.eval_set:
                     raise SystemExit(f"error: {name}: no sample of {spec} has enough supervised tokens to score")
                 scores = trainer.evaluate()
@@ -74,10 +73,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{scores['samples']} samples", flush=True)
     finally:
         teardown()
-    tmp = args.out.with_name(f".{args.out.name}.tmp")
-    tmp.write_text(json.dumps({"draft": str(args.draft), "config": args.config, "overrides": args.overrides,
-                               "results": results}, indent=1))
-    os.replace(tmp, args.out)
+    write_json(args.out, {"draft": str(args.draft), "config": args.config, "overrides": args.overrides,
+                          "results": results}, indent=1)
     return 0
 
 

@@ -46,7 +46,7 @@ warmup)
     CUDA_VISIBLE_DEVICES=${gpus[n % ${#gpus[@]}]} \
       run flashdraft warmup --target "$gguf" --prompts "$prompts" \
       --output "$work/warmup_$shard" --cache-dir "$work/cache_$shard" --max-new-tokens 256 \
-      --temperature 0 --batch-size 384 --backend transformers > "$work/warmup_$shard.log" 2>&1 &
+      --temperature 0 --batch-size 384 --backend static > "$work/warmup_$shard.log" 2>&1 &
     pids+=($!)
     n=$((n + 1))
   done

@@ -33,7 +33,7 @@ from transformers import AutoModelForCausalLM, Qwen3Config
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from flashdraft.model import DFlashDraftConfig, DFlashDraftModel  # noqa: E402
-from flashdraft.decoding.decoding import autoregressive_generate, speculative_generate  # noqa: E402
+from flashdraft.decoding.decoding import generate  # noqa: E402
 from flashdraft.decoding.graphs import StepGraphs  # noqa: E402
 from flashdraft.decoding.proposers import DraftProposer  # noqa: E402
 from flashdraft.decoding.target_runner import TargetRunner  # noqa: E402
@@ -122,10 +122,10 @@ def run_zlab(ref, target, ids, new: int, block: int) -> dict:
 
 def run_ours(runner, proposer, ids, new: int, graphs: StepGraphs) -> dict:
     if proposer is None:
-        g = autoregressive_generate(runner, ids, max_new_tokens=new, graphs=graphs)
+        g = generate(runner, ids, max_new_tokens=new, graphs=graphs)
         steps = g.decode_tokens
     else:
-        g = speculative_generate(runner, proposer, ids, max_new_tokens=new, graphs=graphs)
+        g = generate(runner, ids, proposer=proposer, max_new_tokens=new, graphs=graphs)
         steps = len(g.emitted)
     return {"tokens": g.tokens, "decode_tokens": g.decode_tokens, "decode_s": g.decode_s, "steps": steps}
 

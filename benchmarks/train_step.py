@@ -44,7 +44,7 @@ from transformers import AutoModelForCausalLM, NemotronHConfig, Qwen3Config
 from flashdraft.config import Config, TrainConfig, from_dict
 from flashdraft.data import Batch
 from flashdraft.model import DFlashDraftConfig, DFlashDraftModel
-from flashdraft.objectives.dflash import DFlashStrategy
+from flashdraft.objectives.dflash import DFlashObjective
 from flashdraft.target.fast_path import fast_path_status
 from flashdraft.target.frozen import FrozenTarget, decoder_layers
 from flashdraft.train.distributed import setup, shard, shard_frozen, teardown
@@ -133,15 +133,14 @@ def run_variant(name, model, target, tconfig, batches, global_batch: int, args, 
                      "compile_layers": name == "compiled"},
     })
     dconfig = draft_config(model, tconfig)
-    strategy = DFlashStrategy(config, dconfig, tconfig)
-    strategy.target = target
-    strategy.use_flex = config.objective.attention == "flex"
-    strategy.compute_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    objective = DFlashObjective(config, dconfig, tconfig)
+    objective.use_device(device)
     torch.manual_seed(0)
     draft = DFlashDraftModel(dconfig).float().to(device)
-    if config.objective.compile_layers:  # before sharding, as DFlashStrategy.build does in the trainer
+    if config.objective.compile_layers:  # before sharding, as the trainer does (train/models.py)
         draft.compile_layers()
-    draft = shard(draft, strategy.shard_units(draft), device)
+    objective.bind(draft, target)
+    draft = shard(draft, list(draft.layers), device)
     began_variant = time.perf_counter()
     optimizer = build_optimizer(draft, TrainConfig())  # the trainer's: AdamW 6e-4, (0.9, 0.999), wd 0
     result = {"variant": name, "attention": config.objective.attention, "lm_head_chunk": config.objective.lm_head_chunk}
@@ -153,15 +152,15 @@ def run_variant(name, model, target, tconfig, batches, global_batch: int, args, 
             sync(device)
             dist.barrier()
             began = time.perf_counter()
-            sums = optimizer_step(strategy, draft, optimizer, batches, dist, step)
+            sums = optimizer_step(objective, draft, optimizer, batches, dist, step)
             if step >= args.warmup:
                 times.append(time.perf_counter() - began)
             elif step == args.warmup - 1:
                 log(dist, f"{name}: {args.warmup} warmup steps in {time.perf_counter() - began_variant:.0f} s")
             flops = float(sums.pop("flops"))
-            losses.append(strategy.summarise(sums)["loss"])
+            losses.append(objective.summarise(sums)["loss"])
         if args.profile:
-            result["profile"] = profile_step(strategy, draft, optimizer, batches, dist)
+            result["profile"] = profile_step(objective, draft, optimizer, batches, dist)
         # The slowest rank's median: every rank waits for it in the next step's collectives anyway.
         step_time = max_over_ranks(sorted(times)[len(times) // 2], dist)
         tokens = global_batch * args.seq_len
@@ -191,9 +190,9 @@ def run_variant(name, model, target, tconfig, batches, global_batch: int, args, 
     return result
 
 
-def optimizer_step(strategy, draft, optimizer, batches, dist, step: int) -> dict[str, torch.Tensor]:
+def optimizer_step(objective, draft, optimizer, batches, dist, step: int) -> dict[str, torch.Tensor]:
     """The trainer's step: gradients over this rank's micro-batches, clip, AdamW; device synced."""
-    sums = accumulate_gradients(strategy, draft, [strategy.prepare(b, step) for b in batches], dist)
+    sums = accumulate_gradients(objective, draft, [objective.prepare(b, step) for b in batches], dist)
     torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -201,14 +200,14 @@ def optimizer_step(strategy, draft, optimizer, batches, dist, step: int) -> dict
     return sums
 
 
-def profile_step(strategy, draft, optimizer, batches, dist, rows: int = 40) -> str:
+def profile_step(objective, draft, optimizer, batches, dist, rows: int = 40) -> str:
     """One more step under torch.profiler: the ops with the most self time on the device (CPU on a CPU)."""
     from torch.profiler import ProfilerActivity, profile
 
     cuda = dist.device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities) as prof:
-        optimizer_step(strategy, draft, optimizer, batches, dist, 0)
+        optimizer_step(objective, draft, optimizer, batches, dist, 0)
     return prof.key_averages().table(sort_by="self_device_time_total" if cuda else "self_cpu_time_total",
                                      row_limit=rows)
 

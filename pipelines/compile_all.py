@@ -18,8 +18,8 @@ from kfp import compiler
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-COMPONENTS = ["draft_init", "target_warmup", "train", "evaluate", "promote", "mlflow_run_start", "mlflow_run_end",
-              "dllm_evaluate"]
+COMPONENTS = ["draft_init", "target_warmup", "prepare_data", "train", "evaluate", "promote", "mlflow_run_start",
+              "mlflow_run_end", "dllm_evaluate"]
 PIPELINES = ["dflash_nano30b", "llada2_sft"]
 
 

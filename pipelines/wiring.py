@@ -1,4 +1,5 @@
-"""Kubernetes and MLflow wiring the pipelines share: Secrets as env, GPU scheduling, the parent run."""
+"""Kubernetes and MLflow wiring the pipelines share: Secrets as env, GPU scheduling, non-root pods, the
+parent run."""
 
 import contextlib
 from collections.abc import Iterator
@@ -11,8 +12,15 @@ from components.mlflow_run_start.component import mlflow_run_start
 GPU = "nvidia.com/gpu"
 
 
-def with_secrets(task, hf_token_secret, mlflow_secret):
-    """HF_TOKEN and MLflow credentials from Secrets, if they exist (missing Secrets or keys are skipped)."""
+# The project images' user (images/*/Dockerfile): pipeline pods run as it, never as root.
+IMAGE_USER = 1000
+
+
+def secured(task, hf_token_secret, mlflow_secret):
+    """HF_TOKEN and MLflow credentials from Secrets, if they exist (missing Secrets or keys are skipped); and
+    the pod runs as the images' non-root user (KFP's compiler adds the rest of the "restricted" profile:
+    no privilege escalation, all capabilities dropped, the RuntimeDefault seccomp profile)."""
+    kubernetes.set_security_context(task, run_as_user=IMAGE_USER, run_as_non_root=True)
     kubernetes.use_secret_as_env(task, secret_name=hf_token_secret, secret_key_to_env={"HF_TOKEN": "HF_TOKEN"},
                                  optional=True)
     kubernetes.use_secret_as_env(
@@ -47,13 +55,13 @@ def under_mlflow_parent_run(
         run_key=dsl.PIPELINE_JOB_ID_PLACEHOLDER, mlflow_tracking_uri=mlflow_tracking_uri,
         mlflow_experiment=mlflow_experiment,
     ).set_caching_options(False)
-    with_secrets(run_end, hf_token_secret, mlflow_secret)
+    secured(run_end, hf_token_secret, mlflow_secret)
     with dsl.ExitHandler(run_end, name="flashdraft"):
         run_start = mlflow_run_start(
             run_key=dsl.PIPELINE_JOB_ID_PLACEHOLDER, run_name=dsl.PIPELINE_JOB_NAME_PLACEHOLDER,
             mlflow_tracking_uri=mlflow_tracking_uri, mlflow_experiment=mlflow_experiment, target=target,
             recipe=recipe,
         ).set_caching_options(False)
-        with_secrets(run_start, hf_token_secret, mlflow_secret)
+        secured(run_start, hf_token_secret, mlflow_secret)
         yield run_end, dict(mlflow_tracking_uri=mlflow_tracking_uri, mlflow_experiment=mlflow_experiment,
                             parent_run_id=run_start.output)

@@ -7,7 +7,7 @@ import random
 import torch
 from transformers import AutoModelForCausalLM
 
-from flashdraft.decoding.decoding import speculative_generate
+from flashdraft.decoding.decoding import generate
 from flashdraft.decoding.target_runner import TargetRunner
 from flashdraft.model import DFlashDraftConfig, DFlashDraftModel
 from tiny_models import tiny_config
@@ -70,4 +70,4 @@ class OracleProposer:
 
 def run_spec(target, proposer, ids, new=NEW, tap_ids=(1, 2, 4)):
     runner = TargetRunner(target, list(tap_ids), ids.shape[1] + new + proposer.block_size + 1)
-    return speculative_generate(runner, proposer, ids, max_new_tokens=new)
+    return generate(runner, ids, proposer=proposer, max_new_tokens=new)

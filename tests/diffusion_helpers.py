@@ -1,16 +1,18 @@
-"""Tiny diffusion-LM models, batches and strategies shared by the mdlm / hybrid tests and the LLaDA2 pipeline test."""
+"""Tiny diffusion-LM models, batches and objectives shared by the mdlm / hybrid tests and the LLaDA2 pipeline test."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import torch
+from torch import nn
 from transformers import AutoModelForCausalLM
 
 from flashdraft.config import load_config
 from flashdraft.data import Batch
-from flashdraft.objectives import get_strategy
+from flashdraft.objectives import get_objective
 from flashdraft.target.source import load_target_config, load_tokenizer
+from flashdraft.train.models import load_models
 from tiny_models import tiny_config, tiny_tokenizer
 
 
@@ -31,12 +33,18 @@ def save_model(path: Path, *, bidirectional: bool, seed: int = 0) -> Path:
     return path
 
 
-def make_strategy(path: Path, name: str = "mdlm", **overrides):
+def make_objective(path: Path, name: str = "mdlm", **overrides):
     values = {"target.name_or_path": str(path), "objective.name": name, "objective.mask_token_id": MASK_ID,
               "objective.mdlm_eps": EPS, **overrides}
     config = load_config(None, [f"{k}={v}" for k, v in values.items()])
-    strategy = get_strategy(name).plan(config, load_target_config(str(path)), load_tokenizer(str(path)))
-    return strategy
+    return get_objective(name).plan(config, load_target_config(str(path)), load_tokenizer(str(path)))
+
+
+def load_model(objective) -> nn.Module:
+    """The LM `objective` trains, on the CPU and bound to it, as the trainer loads it."""
+    cpu = torch.device("cpu")
+    objective.use_device(cpu)
+    return load_models(objective.config, objective, cpu).model
 
 
 def sample(sample_id: int, length: int, prompt: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
@@ -61,14 +69,14 @@ def make_batch(rows: list[tuple[int, int]]) -> Batch:
 ROWS = [(0, 20), (1, 14), (2, 17), (3, 9)]
 
 
-def global_step_grads(strategy, model, micro_batches: list[Batch]) -> tuple[dict, float]:
+def global_step_grads(objective, model, micro_batches: list[Batch]) -> tuple[dict, float]:
     """What the trainer does within one step: every micro-step's loss sum / the step's target count."""
     model.zero_grad(set_to_none=True)
-    prepared = [strategy.prepare(b, step=2) for b in micro_batches]
+    prepared = [objective.prepare(b, step=2) for b in micro_batches]
     count = sum(p.num_targets for p in prepared)
     total = 0.0
     for p in prepared:
-        loss_sum, _ = strategy.loss(model, p)
+        loss_sum, _ = objective.loss(model, p)
         (loss_sum / count).backward()
         total += float(loss_sum.detach())
     return {k: v.grad.clone() for k, v in model.named_parameters()}, total / count

@@ -30,22 +30,17 @@ def dllm_evaluate(
         prompts: generation prompts; empty: the first `num_samples` held-out conversations.
         gen_length, steps: tokens per generated answer and unmasking passes.
     """
-    import json
     import os
 
     from flashdraft.tracking.runs import use_step_environment
 
     use_step_environment(mlflow_tracking_uri, mlflow_experiment, parent_run_id)
-    from flashdraft.cli import main
+    from flashdraft.config import load_config, with_values
+    from flashdraft.stages import dllm_evaluate as stage
 
-    os.makedirs(report.path, exist_ok=True)
-    output = os.path.join(report.path, "report.json")
-    argv = ["dllm-evaluate", "--model", model.path, "--config", recipe, "--output", output,
-            "--num-samples", str(num_samples), "--gen-length", str(gen_length), "--steps", str(steps)]
-    for prompt in prompts:
-        argv += ["--prompt", prompt]
-    argv += [*overrides, f"data.train={os.path.join(dataset.path, 'train.jsonl')}"]
-    if main(argv) != 0:
-        raise RuntimeError("flashdraft dllm-evaluate failed; its error is in the log above")
-    for key, value in json.load(open(output))["metrics"].items():
+    values = {"target.name_or_path": model.path, "evaluate.output": os.path.join(report.path, "report.json"),
+              "evaluate.prompts": prompts, "evaluate.dllm_samples": num_samples, "evaluate.dllm_gen_length": gen_length,
+              "evaluate.dllm_steps": steps, "data.train": os.path.join(dataset.path, "train.jsonl")}
+    results = stage.run(with_values(load_config(recipe or None, overrides), values))
+    for key, value in results["metrics"].items():
         metrics.log_metric(key, value)

@@ -10,6 +10,7 @@ def draft_init(
     target: str,
     draft: dsl.Output[dsl.Model],
     recipe: str = "",
+    overrides: list = [],
     workspace: str = "",
     mlflow_tracking_uri: str = "",
     mlflow_experiment: str = "flashdraft",
@@ -21,15 +22,14 @@ def draft_init(
         target: hub id, HF folder, .gguf file or `packaged:smollm2`.
         draft: the draft folder.
         recipe: recipe name or YAML whose `draft` section shapes the draft (empty: shapes from the target).
+        overrides: `key=value` config overrides (any section; this step reads draft, target, tracking).
         workspace: the run's shared volume (`dsl.WORKSPACE_PATH_PLACEHOLDER`); the target cache lives there.
     """
     from flashdraft.tracking.runs import use_step_environment
 
     use_step_environment(mlflow_tracking_uri, mlflow_experiment, parent_run_id, workspace)
-    from flashdraft.cli import main
+    from flashdraft.config import load_config, with_values
+    from flashdraft.stages import draft_init as stage
 
-    argv = ["draft-init", "--target", target, "--output", draft.path]
-    if recipe:
-        argv += ["--recipe", recipe]
-    if main(argv) != 0:
-        raise RuntimeError("flashdraft draft-init failed; its error is in the log above")
+    config = load_config(recipe or None, overrides)
+    stage.run(with_values(config, {"target.name_or_path": target, "draft.output_dir": draft.path}))

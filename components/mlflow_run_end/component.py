@@ -19,7 +19,7 @@ def mlflow_run_end(
     """
     import json
 
-    from flashdraft.tracking.runs import end_pipeline_run
+    from flashdraft.tracking.pipeline_run import end_pipeline_run
 
     failed = status.state != "SUCCEEDED"
     summary = end_pipeline_run(

@@ -23,7 +23,7 @@ def mlflow_run_start(
         mlflow_experiment: MLflow experiment for the parent and step runs.
         target, recipe: recorded as the parent run's params.
     """
-    from flashdraft.tracking.runs import start_pipeline_run
+    from flashdraft.tracking.pipeline_run import start_pipeline_run
 
     return start_pipeline_run(
         run_key,

@@ -34,26 +34,25 @@ def promote(
         primary_benchmark, min_tau_gain, min_lossless: the promotion policy.
         target, target_revision, recipe, data (dataset specs): lineage tags on the version.
     """
-    import json
     import os
-    import tempfile
     from collections import namedtuple
+    from dataclasses import replace
 
     from flashdraft.tracking.runs import use_step_environment
 
     use_step_environment(mlflow_tracking_uri, mlflow_experiment, parent_run_id)
-    from flashdraft.cli import main
+    from flashdraft.config import load_config
+    from flashdraft.stages import promote as stage
 
-    out = os.path.join(tempfile.mkdtemp(), "decision.json")
-    argv = ["promote", "--draft", draft.path, "--report", os.path.join(report.path, "report.json"),
-            "--model-name", model_name, "--primary-benchmark", primary_benchmark,
-            "--min-tau-gain", str(min_tau_gain), "--min-lossless", str(min_lossless), "--output", out,
-            "--target", target, "--target-revision", target_revision, "--recipe", recipe, "--data", ",".join(data)]
-    if main(argv) != 0:
-        raise RuntimeError("flashdraft promote failed; its error is in the log above")
-    result = json.load(open(out))
+    values = {"promote.draft": draft.path, "promote.report": os.path.join(report.path, "report.json"),
+              "promote.model_name": model_name, "promote.primary_benchmark": primary_benchmark,
+              "promote.min_tau_gain": min_tau_gain, "promote.min_lossless": min_lossless,
+              "target.revision": target_revision or None, **({"target.name_or_path": target} if target else {}),
+              **({"data.train": data} if data else {})}
+    # The recipe is lineage here (the policy comes in as inputs): its name is recorded, not loaded.
+    result = stage.run(replace(load_config(None, values=values), recipe=recipe or None))
     with open(decision.path, "w") as f:
-        f.write(f"## {result['model_name']} version {result['version']} -> `@{result['alias']}`\n\n"
-                f"{result['reason']}\n\n| {result['primary_benchmark']} | value |\n| --- | --- |\n"
-                f"| tau | {result['tau']:.3f} |\n| speedup | {result['speedup']} |\n")
-    return namedtuple("Promotion", ["version", "alias"])(result["version"], result["alias"])
+        f.write(f"## {result.model_name} version {result.version} -> `@{result.alias}`\n\n"
+                f"{result.reason}\n\n| {result.primary_benchmark} | value |\n| --- | --- |\n"
+                f"| tau | {result.tau:.3f} |\n| speedup | {result.speedup} |\n")
+    return namedtuple("Promotion", ["version", "alias"])(result.version, result.alias)

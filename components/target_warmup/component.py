@@ -12,40 +12,33 @@ def target_warmup(
     target: str,
     prompts: list,
     dataset: dsl.Output[dsl.Dataset],
-    num_samples: int = 0,
-    max_new_tokens: int = 0,
+    recipe: str = "",
+    overrides: list = [],
     workspace: str = "",
     mlflow_tracking_uri: str = "",
     mlflow_experiment: str = "flashdraft",
     parent_run_id: str = "",
 ) -> NamedTuple("Warmup", [("target_path", str), ("target_revision", str)]):
     """Regenerate the assistant turns of `prompts` with `target`; the dataset folder holds train.jsonl,
-    manifest.json (the materialised target and its revision), summary.json and stats.json.
+    manifest.json (the materialised target and its revision), summary.json, stats.json and config.yaml.
 
     Returns the materialised target's folder (on the workspace, for the later steps) and its revision.
 
     Args:
         target: hub id, HF folder, .gguf file or `packaged:smollm2`.
         prompts: dataset specs (`flashdraft.data.sources` syntax), one per list item.
-        num_samples, max_new_tokens: 0 keeps the command's defaults.
+        recipe: recipe name or YAML; its `warmup` section sets lengths, sampling, turns and the backend.
+        overrides: `key=value` config overrides (e.g. `warmup.num_samples=1000`, `warmup.max_new_tokens=2048`).
         workspace: the run's shared volume (`dsl.WORKSPACE_PATH_PLACEHOLDER`); the target cache lives there.
     """
-    import json
-    import os
     from collections import namedtuple
 
     from flashdraft.tracking.runs import use_step_environment
 
     use_step_environment(mlflow_tracking_uri, mlflow_experiment, parent_run_id, workspace)
-    from flashdraft.cli import main
+    from flashdraft.config import load_config, with_values
+    from flashdraft.stages import warmup as stage
 
-    argv = ["warmup", "--target", target, "--output", dataset.path, "--prompts", *prompts]
-    if num_samples:
-        argv += ["--num-samples", str(num_samples)]
-    if max_new_tokens:
-        argv += ["--max-new-tokens", str(max_new_tokens)]
-    if main(argv) != 0:
-        raise RuntimeError("flashdraft warmup failed; its error is in the log above")
-    manifest = json.load(open(os.path.join(dataset.path, "manifest.json")))
-    revision = manifest["target"].get("revision") or ""
-    return namedtuple("Warmup", ["target_path", "target_revision"])(manifest["target_path"], revision)
+    values = {"target.name_or_path": target, "warmup.prompts": prompts, "warmup.output_dir": dataset.path}
+    result = stage.run(with_values(load_config(recipe or None, overrides), values))
+    return namedtuple("Warmup", ["target_path", "target_revision"])(str(result.target_path), result.revision or "")

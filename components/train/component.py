@@ -11,11 +11,10 @@ def train(
     recipe: str,
     init_draft: dsl.Input[dsl.Model],
     dataset: dsl.Input[dsl.Dataset],
+    prepared: dsl.Input[dsl.Dataset],
     draft: dsl.Output[dsl.Model],
     metrics: dsl.Output[dsl.Metrics],
     overrides: list = [],
-    max_length: int = 0,
-    num_anchors: int = 0,
     nproc_per_node: int = 1,
     launcher: str = "local",
     workspace: str = "",
@@ -32,13 +31,13 @@ def train(
     mlflow_experiment: str = "flashdraft",
     parent_run_id: str = "",
 ):
-    """Train from `init_draft` on the warmed-up `dataset`; `draft` is the exported HF draft folder.
+    """Train from `init_draft` on the warmed-up `dataset`, tokenised in `prepared`; `draft` is the exported
+    HF draft folder.
 
     Args:
         target: the materialised target folder (from `target_warmup`), for `local`.
         recipe: training recipe (name or YAML); empty: the config defaults.
-        overrides: extra `key=value` config overrides (e.g. `train.max_steps=100`).
-        max_length, num_anchors: tokens per sample and anchors per sample (0: the recipe's).
+        overrides: `key=value` config overrides (e.g. `train.max_steps=100`, `data.max_length=2048`).
         nproc_per_node: torchrun processes; GPUs per node for the Kubernetes launchers.
         launcher: `local` (torchrun in this step's pod), `pytorchjob` or `trainjob` (a job on the cluster).
         workspace: the run's shared volume (`dsl.WORKSPACE_PATH_PLACEHOLDER`): the target cache, and for
@@ -55,30 +54,33 @@ def train(
     from flashdraft.tracking.runs import use_step_environment
 
     use_step_environment(mlflow_tracking_uri, mlflow_experiment, parent_run_id, workspace)
-    from flashdraft.launch.local import run_training
+    from flashdraft.config import load_config, with_values
+    from flashdraft.launch import launch_training
 
-    settings = [f"data.max_length={max_length}"] if max_length else []
-    settings += [f"objective.num_anchors={num_anchors}"] if num_anchors else []
-    job = None
+    values = {"launch.backend": launcher, "launch.gpus_per_node": nproc_per_node}
     if launcher == "local":
-        work_dir = os.path.join(workspace, "train") if workspace else draft.path + ".work"
-        inputs = [f"target.name_or_path={target}", f"draft.init_from={init_draft.path}",
-                  f"data.train={os.path.join(dataset.path, 'train.jsonl')}"]
+        values.update({"launch.output_dir": os.path.join(workspace, "train") if workspace else draft.path + ".work",
+                       "target.name_or_path": target, "draft.init_from": init_draft.path,
+                       "data.train": os.path.join(dataset.path, "train.jsonl"), "data.cache_dir": prepared.path})
     else:  # the job's pods see only the claim: stage the inputs there
-        work_dir = os.path.join(job_data_mount, "runs", job_key)
-        staged = os.path.join(work_dir, "inputs")
+        staged = os.path.join(job_data_mount, "runs", job_key, "inputs")
         shutil.copytree(init_draft.path, os.path.join(staged, "draft"), dirs_exist_ok=True)
-        shutil.copy(os.path.join(dataset.path, "train.jsonl"), staged)
-        inputs = [f"target.name_or_path={job_target or target}", f"draft.init_from={staged}/draft",
-                  f"data.train={staged}/train.jsonl"]
-        job = {"image": job_image, "nodes": job_nodes, "pvcs": [f"{job_data_pvc}:{job_data_mount}"],
-               "env": {"HF_HOME": os.path.join(job_data_mount, "cache", "hf")},
-               "secret_env": [f"HF_TOKEN={hf_token_secret}:HF_TOKEN"] if hf_token_secret else [],
-               "tolerations": tolerations, "node_selector": node_selector}
-    run_training(launcher=launcher, recipe=recipe, overrides=[*inputs, *settings, *overrides],
-                 output_dir=work_dir, nproc_per_node=nproc_per_node, job=job)
-    shutil.copytree(os.path.join(work_dir, "export"), draft.path)
-    summary = json.load(open(os.path.join(work_dir, "summary.json")))
+        shutil.copytree(prepared.path, os.path.join(staged, "prepared"), dirs_exist_ok=True)
+        shutil.copy2(os.path.join(dataset.path, "train.jsonl"), staged)
+        values.update({
+            "target.name_or_path": job_target or target, "draft.init_from": os.path.join(staged, "draft"),
+            "data.train": os.path.join(staged, "train.jsonl"), "data.cache_dir": os.path.join(staged, "prepared"),
+            "launch.output_dir": os.path.join(job_data_mount, "runs", job_key), "launch.image": job_image,
+            "launch.nodes": job_nodes, "launch.pvcs": [f"{job_data_pvc}:{job_data_mount}"],
+            "launch.env": {"HF_HOME": os.path.join(job_data_mount, "cache", "hf")},
+            "launch.secret_env": [f"HF_TOKEN={hf_token_secret}:HF_TOKEN"] if hf_token_secret else [],
+            "launch.tolerations": tolerations, "launch.node_selector": node_selector,
+        })
+    result = launch_training(with_values(load_config(recipe or None, overrides), values))
+    shutil.copytree(os.path.join(result.output_dir, "export"), draft.path)
+    # The trainer ran in other processes (torchrun or the job's pods): its summary is the file it wrote.
+    with open(os.path.join(result.output_dir, "summary.json")) as handle:
+        summary = json.load(handle)
     for key, value in summary.items():
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             metrics.log_metric(key, value)

@@ -121,9 +121,16 @@ class DataConfig:
     # Pad each batch's length up to a multiple of this, so compiled GPU kernels see few shapes.
     pad_to_multiple: int = 1
     seed: int = 0  # mixture subsets, hold-out split and the per-epoch shuffle
+    format: str = "auto"  # of file and hub rows: auto (per row) | messages | sharegpt | alpaca | prompt
+    skip_bad_rows: bool = False  # drop (and count) rows that are no conversation instead of failing
+    num_proc: int | None = None  # processes that normalise and tokenise (None: up to 8 for large sets)
+    # Prepared (tokenised) datasets, shared by `flashdraft prepare-data` and the trainer; None: the
+    # trainer's <train.output_dir>/tokenized.
+    cache_dir: str | None = None
 
     def __post_init__(self) -> None:
-        _at_least(self, "data", eval_samples=0, max_length=2, pad_to_multiple=1, limit=1)
+        _at_least(self, "data", eval_samples=0, max_length=2, pad_to_multiple=1, limit=1, num_proc=1)
+        _one_of(self.format, "data.format", ("auto", "messages", "sharegpt", "alpaca", "prompt"))
 
 
 @dataclass(kw_only=True)
@@ -143,8 +150,11 @@ class WarmupConfig:
     top_p: float | None = None
     top_k: int | None = None
     thinking: bool | None = None  # the chat template's enable_thinking switch; None: its default
-    batch_size: int | None = None  # prompts per generate call (None: 8, or 256 with vLLM)
-    backend: str = "auto"  # auto | transformers | vllm
+    batch_size: int | None = None  # prompts per generate call (None: 8 static, 512 continuous or vLLM)
+    # auto | static | continuous | vllm (flashdraft.data.generation): auto takes vLLM where installed on a
+    # GPU, else transformers' continuous batching on a GPU for targets it serves, else static batches.
+    backend: str = "auto"
+    turns: str = "first"  # first: answer each conversation's first user turn | all: every user turn, in order
     seed: int = 0
     format: str = "jsonl"  # jsonl | parquet
 
@@ -153,7 +163,11 @@ class WarmupConfig:
                   temperature=0.0, top_k=0)
         if self.top_p is not None:
             _check(0 < self.top_p <= 1, "warmup.top_p", "in (0, 1]", self.top_p)
-        _one_of(self.backend, "warmup.backend", ("auto", "transformers", "vllm"))
+        if self.backend == "transformers":
+            raise UserError("warmup.backend transformers was split in two: static (padded batches) and continuous "
+                            "(transformers' continuous batching); use one of those, or auto")
+        _one_of(self.backend, "warmup.backend", ("auto", "static", "continuous", "vllm"))
+        _one_of(self.turns, "warmup.turns", ("first", "all"))
         _one_of(self.format, "warmup.format", ("jsonl", "parquet"))
         _check(bool(self.prompts), "warmup.prompts", "at least one dataset spec", self.prompts)
 
@@ -275,6 +289,7 @@ class LaunchConfig:
     """Where `flashdraft train` runs: torchrun here (`local`), or a PyTorchJob / TrainJob on Kubernetes."""
 
     backend: str = "local"  # local | pytorchjob | trainjob
+    command: str = "train"  # what runs: train, or warmup (the regeneration sharded over every GPU of every node)
     nodes: int = 1
     gpus_per_node: int = 1  # one training process per GPU
     procs_per_node: int | None = None  # processes per node without GPUs (local CPU runs, CPU smoke jobs)
@@ -304,9 +319,13 @@ class LaunchConfig:
 
     def __post_init__(self) -> None:
         _one_of(self.backend, "launch.backend", ("local", "pytorchjob", "trainjob"))
+        _one_of(self.command, "launch.command", ("train", "warmup"))
         _one_of(self.cleanup, "launch.cleanup", ("always", "on-success", "never"))
         _at_least(self, "launch", nodes=1, gpus_per_node=0, procs_per_node=1, backoff_limit=0, timeout_s=1,
                   poll_s=0.1)
+        if self.procs_per_node is not None and self.gpus_per_node > 0:
+            raise UserError("launch.procs_per_node is only for runs without GPUs (launch.gpus_per_node=0); "
+                            "with GPUs there is one process per GPU")
 
     @property
     def procs(self) -> int:
@@ -410,6 +429,11 @@ def to_dict(config: Any) -> dict:
     return dataclasses.asdict(config)
 
 
+def to_yaml(config: Any) -> str:
+    """The resolved config as YAML, sections in their declared order (what stages write next to outputs)."""
+    return yaml.safe_dump(to_dict(config), sort_keys=False)
+
+
 def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """Nested mapping -> {"a.b": value}; lists and dicts below the leaves become JSON strings."""
     out: dict[str, Any] = {}
@@ -488,6 +512,11 @@ def read_yaml(path: Path) -> dict:
     if not isinstance(data, dict):
         raise UserError(f"{path} must hold a mapping of config sections, not {type(data).__name__}")
     return data
+
+
+def with_values(config: Config, values: Mapping[str, Any]) -> Config:
+    """`config` with typed `values` ({"a.b": value}) set over everything it holds, validated again."""
+    return from_dict(Config, merge(to_dict(config), nest(values)))
 
 
 def load_config(

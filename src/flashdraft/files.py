@@ -14,6 +14,40 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from flashdraft.errors import UserError
+
+
+MARKER = ".flashdraft-output.json"
+
+
+def check_output_dir(path: str | Path, command: str, *, flag: str = "--output", overwrite: bool = False) -> Path:
+    """Refuse an output folder that holds something this command did not write; returns it resolved.
+
+    Allowed: a new or empty folder, or an earlier output of the same command (its marker file says so),
+    which is replaced when the new output is complete. Refused always: a file, the working folder, the
+    home folder and the filesystem root. Any other non-empty folder only with `overwrite`.
+    """
+    path = Path(path).expanduser()
+    resolved = path.resolve()
+    if resolved in (Path.cwd().resolve(), Path.home().resolve(), Path(resolved.anchor)):
+        raise UserError(f"{flag} {path} is the working, home or root folder; give a folder of its own")
+    if resolved.exists() and not resolved.is_dir():
+        raise UserError(f"{flag} {path} is a file; give a folder")
+    if resolved.is_dir() and any(resolved.iterdir()) and not overwrite:
+        marker = resolved / MARKER
+        written_by = json.loads(marker.read_text()).get("command") if marker.is_file() else None
+        if written_by != command:
+            raise UserError(
+                f"{flag} {path} is not empty and is not an earlier output of `flashdraft {command}`; give a new or "
+                "empty folder, or pass --overwrite to replace what is there"
+            )
+    return resolved
+
+
+def mark_output(folder: str | Path, command: str) -> None:
+    """Record in `folder` that `command` wrote it (check_output_dir then lets the command replace it)."""
+    write_json(Path(folder) / MARKER, {"command": command})
+
 
 def write_text(path: str | Path, text: str) -> Path:
     """Write `text` to `path` atomically (parent folders are created)."""

@@ -1,14 +1,13 @@
-"""Chat tokenisation with assistant-only loss masks, dataset checks, and the step-indexed loader."""
+"""Chat tokenisation with assistant-only loss masks, and the step-indexed loader."""
 
 from __future__ import annotations
 
-import json
 
 import datasets
 import pytest
 
 from flashdraft.data.chat import tokenize_chat
-from flashdraft.data.loader import StepLoader, eval_batches, load_rows, tokenize_rows
+from flashdraft.data.loader import StepLoader, eval_batches
 from flashdraft.errors import UserError
 from tiny_models import tiny_tokenizer
 
@@ -66,41 +65,6 @@ def test_packaged_smollm2_template():
     tok = load_tokenizer("packaged:smollm2")
     # SmolLM2's template adds its own system prompt when none is given; only replies are supervised.
     assert supervised_text(tok, CHAT[1:]) == "hello!<|im_end|>\nbye<|im_end|>\n"
-
-
-def rows_of(conversations) -> datasets.Dataset:
-    return datasets.Dataset.from_list([{"messages": c} for c in conversations])
-
-
-def test_dataset_without_assistant_turns_is_an_error():
-    rows = rows_of([[{"role": "user", "content": "hello"}]] * 3)
-    with pytest.raises(UserError, match="no assistant turns"):
-        tokenize_rows(rows, tiny_tokenizer(), max_length=64, min_supervised=8, name="x")
-
-
-def test_all_samples_filtered_is_an_error():
-    rows = rows_of([CHAT] * 3)
-    with pytest.raises(UserError, match="fewer than 64 supervised"):
-        tokenize_rows(rows, tiny_tokenizer(), max_length=512, min_supervised=64, name="x")
-    # Truncation can also remove every reply.
-    with pytest.raises(UserError, match="data.max_length=20"):
-        tokenize_rows(rows, tiny_tokenizer(), max_length=20, min_supervised=2, name="x")
-
-
-def test_short_samples_dropped_long_kept():
-    long_reply = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "x" * 40}]
-    rows = rows_of([CHAT, long_reply, CHAT])
-    kept = tokenize_rows(rows, tiny_tokenizer(), max_length=512, min_supervised=32, name="x")
-    assert len(kept) == 1 and int(kept[0]["loss_mask"].sum()) == 40 + 2  # + <|im_end|> and "\n"
-
-
-def test_local_jsonl_and_parquet(tmp_path):
-    path = tmp_path / "chats.jsonl"
-    path.write_text("".join(json.dumps({"messages": CHAT, "extra": i}) + "\n" for i in range(5)))
-    rows = load_rows(str(path))
-    assert len(rows) == 5 and rows[0]["messages"][2]["content"] == "hello!"
-    rows_of([CHAT] * 4).to_parquet(str(tmp_path / "chats.parquet"))
-    assert len(load_rows(str(tmp_path / "chats.parquet"))) == 4
 
 
 def numbered(n: int) -> datasets.Dataset:

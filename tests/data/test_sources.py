@@ -11,7 +11,7 @@ import sys
 import datasets
 import pytest
 
-from flashdraft.data import sources
+from flashdraft.data import packaged
 from flashdraft.data.sources import chitchat_eval_prompts, load_chat_dataset, parse_spec
 from flashdraft.errors import UserError
 
@@ -69,7 +69,7 @@ def test_other_layouts_become_messages(tmp_path):
     ("", "is empty"),
     ("\n\n", "is empty"),
     ('{"messages": [{"role": "user", "content": "hi"}]}\n{not json\n', "line 2 is not valid JSON"),
-    ('{"text": "hello"}\n', "row 1: no chat in this row"),
+    ('{"text": "hello"}\n', "row 1: no conversation format fits the columns text"),
     ('{"messages": [{"role": "robot", "content": "x"}]}\n', "role 'robot'"),
     ('{"messages": [{"role": "assistant", "content": "x"}]}\n', "no user turn"),
     ('{"messages": [{"role": "user", "content": 3}]}\n', "must be a string"),
@@ -104,7 +104,7 @@ def test_limit_and_weights_are_deterministic(tmp_path):
 def test_chitchat_train_and_eval_split():
     train = load_chat_dataset("packaged:chitchat")
     evaluation = load_chat_dataset("packaged:chitchat", split="eval")
-    keys = sorted(sources._chitchat_conversations("train") + sources._chitchat_conversations("eval"))
+    keys = sorted(packaged.chitchat_conversations("train") + packaged.chitchat_conversations("eval"))
     assert not set(train["id"]) & set(evaluation["id"])
     assert len(train) + len(evaluation) == len(keys) > 7000
     positions = {key: i for i, key in enumerate(sorted(k for k, _ in keys))}
@@ -117,7 +117,7 @@ def test_chitchat_train_and_eval_split():
     assert all(p[-1]["role"] == "user" and sum(m["role"] == "user" for m in p) == 2 for p in prompts)
     eval_texts = {m["content"] for ms in evaluation["messages"] for m in ms}
     assert all(p[0]["content"] in eval_texts for p in prompts)
-    with pytest.raises(UserError, match="only packaged:chitchat and packaged:word_problems have an eval split"):
+    with pytest.raises(UserError, match="only packaged:chitchat, packaged:word_problems, packaged:sharegpt have an eval split"):
         load_chat_dataset("packaged:reasoning_gym", split="eval")
 
 
@@ -126,7 +126,7 @@ def test_reasoning_gym_is_seeded_and_mixed():
     assert first["messages"] == load_chat_dataset("packaged:reasoning_gym", limit=30, seed=3)["messages"]
     assert first["messages"] != load_chat_dataset("packaged:reasoning_gym", limit=30, seed=4)["messages"]
     tasks = {i.split("/")[1] for i in first["id"]}
-    assert tasks == set(sources.REASONING_GYM_TASKS) and "gsm_symbolic" not in tasks
+    assert tasks == set(packaged.REASONING_GYM_TASKS) and "gsm_symbolic" not in tasks
     assert len({m[0]["content"] for m in first["messages"]}) == 30
     # a longer run starts with the same problems, so growing --num-samples keeps earlier prompts
     longer = load_chat_dataset("packaged:reasoning_gym", limit=45, seed=3)
@@ -148,12 +148,12 @@ def test_stdlib_code_prompts_are_stubs_disjoint_from_humaneval():
         # exactly one public function, its body only the docstring: the answer has to write it
         assert len(functions) == 1 and not functions[0].name.startswith("_")
         assert len(functions[0].body) == 1 and ast.get_docstring(functions[0])
-    stubs = "\n".join(stub for _, stub in sources._stdlib_stubs())
-    assert len(sources._stdlib_stubs()) > 2000
+    stubs = "\n".join(stub for _, stub in packaged._stdlib_stubs())
+    assert len(packaged._stdlib_stubs()) > 2000
     for (message,) in load_benchmark("humaneval").prompts:
         signature = next(line for line in message["content"].splitlines() if line.startswith("def "))
         assert signature not in stubs
-    with pytest.raises(UserError, match="only packaged:chitchat and packaged:word_problems have an eval split"):
+    with pytest.raises(UserError, match="only packaged:chitchat, packaged:word_problems, packaged:sharegpt have an eval split"):
         load_chat_dataset("packaged:stdlib_code", split="eval")
 
 

@@ -17,7 +17,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 
 from flashdraft.errors import UserError
 from flashdraft.decoding.cache_kwarg import cache_kwarg
-from flashdraft.decoding.decoding import speculative_generate
+from flashdraft.decoding.decoding import generate
 from flashdraft.decoding.hybrid_cache import RecurrentStates
 from flashdraft.decoding.target_runner import TargetRunner
 from flashdraft.target.frozen import decoder_layers
@@ -106,7 +106,7 @@ def test_old_past_key_values_signature_gets_the_cache_and_stays_lossless(model_t
     assert cache_kwarg(target) == "past_key_values"
     runner = TargetRunner(target, [1, 2, 4], ids.shape[1] + new + block + 1)
     oracle = OracleProposer(reference, block, target.config.vocab_size, noise=0.3, seed=3)
-    spec = speculative_generate(runner, oracle, ids, max_new_tokens=new)
+    spec = generate(runner, ids, proposer=oracle, max_new_tokens=new)
     assert spec.tokens == reference[:new] and len(set(spec.accepted)) > 1
     assert seen and all(cache is runner.cache for cache in seen)
 
@@ -140,7 +140,7 @@ def test_old_cache_params_mixer_signature_rolls_back_exactly():
     runner = TargetRunner(target, [1, 2, 4], ids.shape[1] + new + block + 1)
     assert isinstance(runner.recurrent, RecurrentStates) and len(runner.recurrent.mixers) == 2
     oracle = OracleProposer(reference, block, target.config.vocab_size, noise=0.3, seed=3)
-    spec = speculative_generate(runner, oracle, ids, max_new_tokens=new)
+    spec = generate(runner, ids, proposer=oracle, max_new_tokens=new)
     assert spec.tokens == reference[:new]
     # Every partial accept replays both mixers through `cache_params=` (the last step may be cut short).
     partial = sum(1 for n in spec.accepted[:-1] if n < block - 1)

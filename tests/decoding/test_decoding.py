@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from flashdraft.errors import UserError
-from flashdraft.decoding.decoding import autoregressive_generate, speculative_generate
+from flashdraft.decoding.decoding import generate
 from flashdraft.decoding.hybrid_cache import RecurrentStates
 from flashdraft.decoding.proposers import DraftProposer
 from flashdraft.decoding.target_runner import TargetRunner
@@ -32,7 +32,7 @@ def test_random_draft_is_lossless(model_type):
     ids = prompt()
     reference = hf_greedy(target, ids, NEW)
     assert len(set(reference)) > 5, "the tiny target should not just repeat itself"
-    plain = autoregressive_generate(TargetRunner(target, [], PROMPT_LEN + NEW + 1), ids, max_new_tokens=NEW)
+    plain = generate(TargetRunner(target, [], PROMPT_LEN + NEW + 1), ids, max_new_tokens=NEW)
     assert plain.tokens == reference
     draft = make_draft(target, block_size=5)
     spec = run_spec(target, DraftProposer(draft, target.get_input_embeddings(), target.get_output_embeddings()), ids)
@@ -84,18 +84,18 @@ def test_stop_token_ends_both_loops_at_the_same_place():
     reference = hf_greedy(target, ids, NEW)
     stop = reference[7]
     cut = reference[: reference.index(stop) + 1]
-    plain = autoregressive_generate(TargetRunner(target, [], PROMPT_LEN + NEW + 1), ids, max_new_tokens=NEW,
+    plain = generate(TargetRunner(target, [], PROMPT_LEN + NEW + 1), ids, max_new_tokens=NEW,
                                     stop_ids={stop})
     oracle = OracleProposer(reference + [0] * 8, 4, target.config.vocab_size)
     runner = TargetRunner(target, [1, 2, 4], PROMPT_LEN + NEW + 8)
-    spec = speculative_generate(runner, oracle, ids, max_new_tokens=NEW, stop_ids={stop})
+    spec = generate(runner, ids, proposer=oracle, max_new_tokens=NEW, stop_ids={stop})
     assert plain.tokens == spec.tokens == cut
 
 
 def test_max_new_tokens_must_be_positive():
     target = make_target("llama")
     with pytest.raises(UserError, match="max-new-tokens"):
-        autoregressive_generate(TargetRunner(target, [], 32), prompt(), max_new_tokens=0)
+        generate(TargetRunner(target, [], 32), prompt(), max_new_tokens=0)
     draft = make_draft(target, 4)
     with pytest.raises(UserError, match="max-new-tokens"):
         run_spec(target, DraftProposer(draft, target.get_input_embeddings(), target.get_output_embeddings()),

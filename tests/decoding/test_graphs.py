@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from flashdraft.decoding.decoding import autoregressive_generate, speculative_generate
+from flashdraft.decoding.decoding import generate
 from flashdraft.decoding.graphs import WARMUP_RUNS, StepGraphs
 from flashdraft.decoding.proposers import DraftProposer
 from flashdraft.decoding.target_runner import TargetRunner
@@ -64,14 +64,14 @@ def test_graph_replay_semantics_give_the_eager_tokens(model_type):
     for seed in (0, 5):
         ids = prompt(seed)
         reference = hf_greedy(target, ids, new + block)
-        plain = autoregressive_generate(plain_runner, ids, max_new_tokens=new, graphs=plain_graphs)
+        plain = generate(plain_runner, ids, max_new_tokens=new, graphs=plain_graphs)
         assert plain.tokens == reference[:new]
-        eager = speculative_generate(spec_runner, proposer, ids, max_new_tokens=new)
-        replayed = speculative_generate(spec_runner, proposer, ids, max_new_tokens=new, graphs=graphs)
+        eager = generate(spec_runner, ids, proposer=proposer, max_new_tokens=new)
+        replayed = generate(spec_runner, ids, proposer=proposer, max_new_tokens=new, graphs=graphs)
         assert replayed.tokens == eager.tokens == reference[:new]
         assert replayed.accepted == eager.accepted
         noisy = OracleProposer(reference, block, target.config.vocab_size, noise=0.3, seed=seed)
-        partial = speculative_generate(spec_runner, noisy, ids, max_new_tokens=new, graphs=graphs)
+        partial = generate(spec_runner, ids, proposer=noisy, max_new_tokens=new, graphs=graphs)
         assert partial.tokens == reference[:new] and len(set(partial.accepted)) > 1
     # verify, the draft model's step and each oracle's step; one 1-token decode step; for the hybrid,
     # a Mamba rollback per kept length.

@@ -6,14 +6,15 @@ import math
 
 import pytest
 import torch
-
-from flashdraft.errors import UserError
-from flashdraft.decoding.decoding import speculative_generate
-from flashdraft.decoding.proposers import DraftProposer
-from flashdraft.decoding.sampling import SamplingParams, accept_sampled, sample, sampling_probs
-from flashdraft.decoding.target_runner import TargetRunner
 from decoding_helpers import make_draft
 from tiny_models import tiny_config
+
+from flashdraft.data.sampling import Sampling
+from flashdraft.decoding.decoding import generate
+from flashdraft.decoding.proposers import DraftProposer
+from flashdraft.decoding.sampling import accept_sampled, sample, sampling_probs
+from flashdraft.decoding.target_runner import TargetRunner
+from flashdraft.errors import UserError
 
 
 @pytest.fixture(autouse=True)
@@ -55,15 +56,15 @@ def test_accept_rule_emits_the_target_distribution():
 
 def test_filters_match_their_definition():
     logits = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0]])
-    top_k = sampling_probs(logits, SamplingParams(temperature=1.0, top_k=2))
+    top_k = sampling_probs(logits, Sampling(temperature=1.0, top_k=2))
     assert (top_k[0, 2:] == 0).all() and torch.allclose(top_k[0, :2], torch.softmax(logits[0, :2], -1))
     full = torch.softmax(logits[0], -1)
-    top_p = sampling_probs(logits, SamplingParams(temperature=1.0, top_p=float(full[:2].sum()) - 1e-4))
+    top_p = sampling_probs(logits, Sampling(temperature=1.0, top_p=float(full[:2].sum()) - 1e-4))
     assert (top_p[0, 2:] == 0).all()
     with pytest.raises(UserError, match="top-p"):
-        SamplingParams(temperature=1.0, top_p=0.0)
+        Sampling(temperature=1.0, top_p=0.0)
     with pytest.raises(UserError, match="temperature"):
-        SamplingParams(temperature=-1.0)
+        Sampling(temperature=-1.0)
 
 
 @pytest.mark.slow
@@ -77,7 +78,7 @@ def test_decoding_loop_samples_the_target_marginal():
     torch.manual_seed(0)
     target = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
     draft = make_draft(target, block_size=3)
-    params = SamplingParams(temperature=1.3, top_k=8)
+    params = Sampling(temperature=1.3, top_k=8)
     ids = torch.tensor([[5, 9, 4, 7]])
     with torch.no_grad():
         p1 = sampling_probs(target(ids).logits[0, -1], params)
@@ -90,7 +91,7 @@ def test_decoding_loop_samples_the_target_marginal():
     gen = torch.Generator().manual_seed(1)
     n = 1000
     seconds = [
-        speculative_generate(runner, proposer, ids, max_new_tokens=2, params=params, generator=gen).tokens[1]
+        generate(runner, ids, proposer=proposer, max_new_tokens=2, params=params, generator=gen).tokens[1]
         for _ in range(n)
     ]
     assert (frequencies(seconds, vocab) - exact).abs().max() < hoeffding_bound(n, vocab)

@@ -74,11 +74,11 @@ def test_runs_locally_end_to_end_with_mlflow(tmp_path, monkeypatch, mlflow_serve
     (tmp_path / "data").mkdir()
     alphabet_chats(tmp_path / "data" / "train.jsonl", rows=16, length=24)
     module, _ = run_stage.load_pipeline(PIPELINE)
-    overrides = [*module.PROFILES["local"]["train_overrides"], f"objective.mask_token_id={MASK_ID}"]
+    overrides = [*module.PROFILES["local"]["overrides"], f"objective.mask_token_id={MASK_ID}"]
     experiment = "llada2-local"
 
     code = cli.main(["run", str(PIPELINE), "--local", f"target={model}", f"model_uri={model}",
-                     f"dataset_uri={tmp_path / 'data'}", f"train_overrides={json.dumps(overrides)}",
+                     f"dataset_uri={tmp_path / 'data'}", f"overrides={json.dumps(overrides)}",
                      f"mlflow_experiment={experiment}"])
     out, err = capfd.readouterr()
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,9 @@ from mlflow import MlflowClient  # noqa: E402
 
 from flashdraft import cli  # noqa: E402
 from mlflow_helpers import parent_runs  # noqa: E402
-from flashdraft.stages.promote import promote_draft  # noqa: E402
-from flashdraft.tracking.registry import PromotionPolicy  # noqa: E402
+from flashdraft.config import PromoteConfig  # noqa: E402
+from flashdraft.tracking.promotion import promote_draft  # noqa: E402
+from flashdraft.tracking.runs import step_run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PIPELINE = ROOT / "pipelines" / "dflash_nano30b.py"
@@ -38,19 +40,21 @@ def test_a_failing_step_fails_the_pipeline_marks_the_run_failed_and_moves_no_ali
     draft.mkdir()
     (draft / "config.json").write_text("{}")
     report = {"benchmarks": {"gsm8k": {"speculative": {"tau_pooled": 2.0}, "speedup": 1.5, "lossless": 1.0}}}
-    promote_draft(draft, report, model_name=name, policy=PromotionPolicy(), lineage={}, tracking_uri=mlflow_server)
+    with step_run("promote", tracking_uri=mlflow_server) as run:
+        promote_draft(run, PromoteConfig(draft=str(draft), model_name=name), report, lineage={})
     client = MlflowClient(mlflow_server)
     before = client.get_registered_model(name).aliases
 
-    # Warmup and draft-init succeed; training fails on a config key that does not exist.
-    items = [i for i in TINY_RUN if not i.startswith(("train_overrides=", "warmup_num_samples="))]
+    # Draft-init, warmup and prepare-data succeed; training fails (FlexAttention on a machine without CUDA).
+    items = [i for i in TINY_RUN if not i.startswith("overrides=")]
+    broken = [*TINY, "objective.attention=flex"]
     code = cli.main(["run", str(PIPELINE), "--local", f"target={tiny_target('qwen3')}", f"model_name={name}",
-                     f"mlflow_experiment={experiment}", "train_overrides=[train.no_such_key=1]", "warmup_num_samples=2",
+                     f"mlflow_experiment={experiment}", f"overrides={json.dumps(broken)}",
                      *items])
     out, err = capfd.readouterr()
     assert code == 1
     assert "pipeline failed" in err and "Inner task failed" in err and "train" in err
-    assert "unknown config key(s) train.no_such_key" in out + err  # the step's own error, streamed
+    assert "objective.attention=flex needs a CUDA device" in out + err  # the step's own error, streamed
     (run,) = parent_runs(mlflow_server, experiment)
     assert run.info.status == "FAILED"
     assert "failed" in run.data.tags["flashdraft.error"]
@@ -61,11 +65,9 @@ def test_a_failing_step_fails_the_pipeline_marks_the_run_failed_and_moves_no_ali
     assert len(client.search_model_versions(f"name='{name}'")) == 1
 
 
-TINY_RUN = [
-    "recipe=", "prompts=[packaged:chitchat]", "warmup_num_samples=8", "warmup_max_new_tokens=16",
-    "max_length=128", "num_anchors=4", "gpus=2", "train_overrides=[train.max_steps=3]",
-    "benchmarks=gsm8k,chat", "eval_num_prompts=2", "eval_max_new_tokens=16",
-]
+TINY = ["warmup.num_samples=8", "warmup.max_new_tokens=40", "data.max_length=128", "objective.num_anchors=4",
+        "train.max_steps=3", "evaluate.benchmarks=[gsm8k, chat]", "evaluate.num_prompts=2", "evaluate.max_new_tokens=16"]
+TINY_RUN = ["recipe=", "prompts=[packaged:chitchat]", "gpus=2", f"overrides={json.dumps(TINY)}"]
 
 
 @pytest.mark.slow

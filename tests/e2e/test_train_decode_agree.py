@@ -1,6 +1,6 @@
 """The draft sees the same thing in training as in speculative decoding.
 
-A drafted block's logits in `speculative_generate` (context features from the prefill and the verify
+A drafted block's logits in `generate` (with a proposer) (context features from the prefill and the verify
 passes, the draft's KV cache) must equal the logits the training forward computes for a block anchored
 at the same position of the finished sequence (one target forward over it, the block-sparse mask). If
 they did not, the held-out tau of training would promise an acceptance that decoding cannot reach.
@@ -14,7 +14,7 @@ import torch
 from flashdraft.config import Config, from_dict
 from flashdraft.data import Batch
 from flashdraft.decoding.proposers import DraftProposer
-from flashdraft.objectives.dflash import DFlashStrategy
+from flashdraft.objectives.dflash import DFlashObjective
 from flashdraft.target.frozen import FrozenTarget
 from decoding_helpers import PROMPT_LEN, make_draft, make_target, prompt, run_spec
 
@@ -45,8 +45,9 @@ def test_drafted_blocks_equal_the_training_forward(model_type):
 
     sequence = torch.cat([ids[0], torch.tensor(result.tokens)])[None]
     config = from_dict(Config, {"objective": {"attention": "sdpa"}})
-    strategy = DFlashStrategy(config, draft.config, target.config)
-    strategy.target = FrozenTarget(target)
+    objective = DFlashObjective(config, draft.config, target.config)
+    objective.use_device(torch.device("cpu"))
+    objective.bind(draft, FrozenTarget(target))
     anchors = torch.tensor([[start for start, _ in proposer.steps]])
     length = sequence.shape[1]
     # Blocks near the end reach past the sequence: pad it (a block reads only its anchor token and
@@ -54,10 +55,10 @@ def test_drafted_blocks_equal_the_training_forward(model_type):
     padded = torch.nn.functional.pad(sequence, (0, block))
     batch = Batch(padded, (torch.arange(length + block) < length).long()[None],
                   torch.zeros_like(padded, dtype=torch.bool), torch.tensor([0]))
-    prepared = strategy.prepare(batch, step=0)  # only for the container: the anchors are set below
+    prepared = objective.prepare(batch, step=0)  # only for the container: the anchors are set below
     prepared.anchors, prepared.block_valid = anchors, torch.ones_like(anchors, dtype=torch.bool)
     with torch.no_grad():
-        hidden = strategy.block_hidden(draft, prepared).view(len(proposer.steps), block, -1)
+        hidden = objective.block_hidden(draft, prepared).view(len(proposer.steps), block, -1)
         trained = target.get_output_embeddings()(hidden[:, 1:]).float()
     for (start, drafted), logits in zip(proposer.steps, trained):
         assert start >= PROMPT_LEN

@@ -9,9 +9,10 @@ import time
 import pytest
 import torch
 
+from flashdraft.config import TargetConfig, WarmupConfig
 from flashdraft.data.sources import load_chat_dataset
+from flashdraft.data.warmup import run_warmup
 from flashdraft.target.cache import materialise
-from flashdraft.stages.warmup import run_warmup
 
 # find_spec, not import: the package's own module needs the `llm` CLI; only its GGUF file is used.
 pytestmark = [
@@ -68,9 +69,10 @@ def test_regenerated_answers_are_the_targets_greedy_output(smollm2_cache, tmp_pa
     cache, materialised, _ = smollm2_cache
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps(p) + "\n" for p in PROMPTS))
-    result = run_warmup("packaged:smollm2", str(prompts), tmp_path / "out", max_new_tokens=16, batch_size=3,
-                        cache_dir=cache, backend="transformers")
-    assert result.target_path == materialised.path
+    result = run_warmup(TargetConfig(name_or_path="packaged:smollm2", cache_dir=str(cache)),
+                        WarmupConfig(prompts=[str(prompts)], output_dir=str(tmp_path / "out"), max_new_tokens=16,
+                                     batch_size=3, backend="static", turns="all"))
+    assert result.target_path == materialised.path and result.revision is None
     summary = result.summary
     assert (summary["model_type"], summary["num_layers"], summary["hidden_size"], summary["vocab_size"]) == (
         "llama", 30, 576, 49152)

@@ -18,36 +18,27 @@ pytestmark = [
 ]
 
 
-def _strategy_on_cuda(target_path, attention: str):
-    from flashdraft.target.source import load_target_config, load_tokenizer
-    from flashdraft.objectives import get_strategy
-    from dflash_helpers import make_config
+def _objective_on_cuda(target_path, attention: str):
+    from dflash_helpers import make_objective
 
-    config = make_config(target_path, attention=attention, num_anchors=6)
-    strat = get_strategy("dflash").plan(config, load_target_config(str(target_path)),
-                                        load_tokenizer(str(target_path)))
-    draft = strat.build(torch.device("cuda"))
+    objective, draft = make_objective(target_path, torch.device("cuda"), attention=attention, num_anchors=6)
     # The trainer runs the draft under FSDP2 in bf16; here both attention paths are compared unwrapped in
     # float32, so the inputs stay float32 too.
-    strat.compute_dtype = torch.float32
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
-    return strat, draft
+    objective.compute_dtype = torch.float32
+    return objective, draft
 
 
 def test_flex_attention_loss_and_grads_equal_the_dense_mask_path(tiny_target):
-    """The dense path equals the naive reference on CPU (test_strategy_dflash); flex must equal it here,
+    """The dense path equals the naive reference on CPU (objectives/test_dflash.py); flex must equal it here,
     forward and backward, for blocks that overlap, padding and a single block per sample."""
     from dflash_helpers import make_batch
 
     results = []
     for attention in ("flex", "sdpa"):
-        strat, draft = _strategy_on_cuda(tiny_target("qwen3"), attention)
-        assert strat.use_flex == (attention == "flex")
-        prepared = strat.prepare(make_batch(lengths=(40, 23)), step=5)
-        loss_sum, _ = strat.loss(draft, prepared)
+        objective, draft = _objective_on_cuda(tiny_target("qwen3"), attention)
+        assert objective.use_flex == (attention == "flex")
+        prepared = objective.prepare(make_batch(lengths=(40, 23)), step=5)
+        loss_sum, _ = objective.loss(draft, prepared)
         (loss_sum / prepared.num_targets).backward()
         results.append((loss_sum.detach(), {n: p.grad.detach().clone() for n, p in draft.named_parameters()}))
     (flex_loss, flex_grads), (dense_loss, dense_grads) = results

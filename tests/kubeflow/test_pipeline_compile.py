@@ -14,6 +14,7 @@ pytest.importorskip("kfp")
 
 from kfp import components  # noqa: E402
 
+from flashdraft.config import load_config  # noqa: E402
 from flashdraft.stages import run as run_stage  # noqa: E402
 from flashdraft.errors import UserError  # noqa: E402
 
@@ -54,7 +55,12 @@ def test_seed_recipe_defaults(compiled):
     params = pipeline_spec["root"]["inputDefinitions"]["parameters"]
     assert params["target"]["defaultValue"] == "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"
     assert params["gpus"]["defaultValue"] == 8
-    assert params["max_length"]["defaultValue"] == 4096 and params["num_anchors"]["defaultValue"] == 512
+    # Every step setting comes from the recipe, overridable per key (no "0 = default" sentinels).
+    assert params["overrides"]["defaultValue"] == []
+    assert not {"max_length", "num_anchors", "warmup_num_samples", "eval_num_prompts", "benchmarks"} & set(params)
+    recipe = load_config(params["recipe"]["defaultValue"])
+    assert (recipe.data.max_length, recipe.objective.num_anchors) == (4096, 512)
+    assert (recipe.warmup.temperature, recipe.warmup.max_length, recipe.warmup.max_new_tokens) == (0.8, 4096, 4096)
     assert params["prompts"]["defaultValue"] == [f"nvidia/Nemotron-Post-Training-Dataset-v2:{s}"
                                                 for s in ("chat", "math", "code")]
     assert params["launcher"]["defaultValue"] == "pytorchjob"
@@ -67,7 +73,8 @@ def test_dag_order_and_caching(compiled):
     body = dag(pipeline_spec, "comp-exit-handler-1")
     # draft-init and warmup have no edge between them (parallel); training waits for both.
     assert "draft-init" not in body["target-warmup"].get("dependentTasks", [])
-    assert set(body["condition-branches-2"]["dependentTasks"]) >= {"draft-init", "target-warmup"}
+    assert "target-warmup" in body["prepare-data"]["dependentTasks"]  # tokenised on a CPU node, before training
+    assert set(body["condition-branches-2"]["dependentTasks"]) >= {"draft-init", "target-warmup", "prepare-data"}
     branches = dag(pipeline_spec, "comp-condition-branches-2")
     assert branches["condition-3"]["triggerPolicy"]["condition"].endswith("== 'local'")
     for component, suffix in (("comp-condition-3", ""), ("comp-condition-4", "-2")):
@@ -98,7 +105,13 @@ def test_kubernetes_wiring(compiled):
     assert train["tolerations"][0]["tolerationJson"]["componentInputParameter"].endswith("tolerations")
     assert train["emptyDirMounts"][0]["mountPath"] == "/dev/shm"
     assert "nodeSelector" not in executors["exec-promote"]  # the registry step needs no GPU node
+    assert "nodeSelector" not in executors["exec-prepare-data"]  # nor does tokenising
     assert executors["exec-evaluate"]["nodeSelector"]
+    # Every step's pod runs as the images' non-root user.
+    steps = [name for name in containers if name.startswith("exec-")]
+    assert len(steps) >= 9
+    for name in steps:
+        assert executors[name]["securityContext"] == {"runAsUser": "1000", "runAsNonRoot": True}, name
 
 
 def test_checked_in_pipeline_declares_the_workspace_volume():

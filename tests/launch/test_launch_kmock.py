@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import re
 import threading
 import time
 from datetime import datetime, timezone
@@ -22,18 +23,15 @@ import kmock
 import pytest
 from kubernetes import client
 
+from flashdraft.config import load_config
 from flashdraft.errors import UserError
-from flashdraft.launch import (
-    JobFailedError,
-    JobStuckError,
-    JobTimeoutError,
-    kube,
-    launch_training,
-)
+from flashdraft.launch import kube, launch_training
+from flashdraft.launch.watch import JobFailedError, JobStuckError, JobTimeoutError
 
 IMAGE = "reg.example/flashdraft-trainer:0.1.0-cuda12.8"
 PTJ = ("kubeflow.org", "v1", "pytorchjobs")
 TJ = ("trainer.kubeflow.org", "v1alpha1", "trainjobs")
+KINDS = {"pytorchjob": "PyTorchJob", "trainjob": "TrainJob"}
 _ns = itertools.count()
 
 
@@ -160,6 +158,10 @@ class Operator:
         }
         self.core.create_namespaced_pod(self.namespace, body)
 
+    def master(self, job: str, status: dict) -> None:
+        """The PyTorchJob's Master pod (node rank 0, whose log the launcher streams)."""
+        self.pod(f"{job}-master-0", master_labels(job), "pytorch", status)
+
     def pod_status(self, name: str, status: dict) -> None:
         self.core.patch_namespaced_pod(name, self.namespace, {"status": status})
 
@@ -176,9 +178,11 @@ class Operator:
         )
 
     def run(self, script) -> Operator:
+        """`script(operator, job_name)` once the launcher has created the job."""
+
         def target():
             try:
-                script(self)
+                script(self, self.wait_job()["metadata"]["name"])
             except BaseException as err:  # surfaced by the test after the launcher returns
                 self.error = err
 
@@ -214,281 +218,188 @@ def running(container: str, restarts: int = 0) -> dict:
     return container_status("Running", {"running": {}}, container=container, ready=True, restarts=restarts)
 
 
-def launch(emulator, namespace, **kw):
-    args = dict(
-        launcher="pytorchjob",
-        image=IMAGE,
-        recipe="smollm2_135m",
-        nodes=2,
-        gpus_per_node=1,
-        pvcs=["flashdraft-data:/data"],
-        namespace=namespace,
-        name="fd-job",
-        timeout_s=15,
-        poll_s=0.05,
-        api_client=emulator.api(),
-    )
-    args.update(kw)
-    return launch_training(**args)
+def launch(emulator, namespace, **launch):
+    values = dict(backend="pytorchjob", image=IMAGE, nodes=2, namespace=namespace, name="fd-job", timeout_s=15,
+                  poll_s=0.1)
+    values.update(launch)
+    config = load_config("smollm2_135m", values={f"launch.{k}": v for k, v in values.items()})
+    return launch_training(config, api_client=emulator.api())
 
 
-def test_success_streams_master_log_across_a_restart_and_deletes_the_job(emulator, namespace, caplog):
-    def script(op: Operator):
-        job = op.wait_job()
-        name = job["metadata"]["name"]
-        emulator.write(f"{name}-master-0", "step 1 loss 2.5", "step 2 loss 2.1")
-        emulator.write(f"{name}-worker-0", "worker output is not streamed")
-        op.set_conditions(name, "Created", "Running")
-        before = emulator.log_requests()
-        op.pod(f"{name}-master-0", master_labels(name), "pytorch", running("pytorch"))
-        op.pod(f"{name}-worker-0", master_labels(name, "worker", 0), "pytorch", running("pytorch"))
-        wait_for(lambda: emulator.log_requests() > before, what="the first log stream")
-        # The container restarts (OnFailure): the trainer resumes and the launcher follows the new log.
-        emulator.restart(f"{name}-master-0", "resumed from step 2", "step 3 loss 1.9")
-        op.pod_status(f"{name}-master-0", running("pytorch", restarts=1))
-        wait_for(lambda: emulator.log_requests() > before + 1, what="the second log stream")
-        op.set_conditions(name, "Created", "Succeeded")
+def streamed(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "flashdraft.launch.job"]
 
+
+# --- jobs that succeed: rank 0's log is streamed, the job deleted ----------------------------------
+def restarted_master(op: Operator, name: str) -> None:
+    emulator = op.emulator
+    emulator.write(f"{name}-master-0", "step 1 loss 2.5", "step 2 loss 2.1")
+    emulator.write(f"{name}-worker-0", "worker output is not streamed")
+    op.set_conditions(name, "Created", "Running")
+    before = emulator.log_requests()
+    op.master(name, running("pytorch"))
+    op.pod(f"{name}-worker-0", master_labels(name, "worker", 0), "pytorch", running("pytorch"))
+    wait_for(lambda: emulator.log_requests() > before, what="the first log stream")
+    # The container restarts (OnFailure): the trainer resumes and the launcher follows the new log.
+    emulator.restart(f"{name}-master-0", "resumed from step 2", "step 3 loss 1.9")
+    op.pod_status(f"{name}-master-0", running("pytorch", restarts=1))
+    wait_for(lambda: emulator.log_requests() > before + 1, what="the second log stream")
+    op.set_conditions(name, "Created", "Succeeded")
+
+
+def dropped_stream(op: Operator, name: str) -> None:
+    """A follow stream that ends while the container runs is reopened from its last timestamp."""
+    emulator, pod = op.emulator, f"{name}-master-0"
+    emulator.write(pod, "epoch 1", "epoch 2")
+    before = len(emulator.log_params)
+    op.master(name, running("pytorch"))
+    wait_for(lambda: len(emulator.log_params) > before, what="the first log stream")
+    emulator.write(pod, "epoch 3")  # written after the stream dropped
+    wait_for(lambda: any("sinceSeconds" in p for p in emulator.log_params[before:]), what="the stream to be reopened")
+    emulator.write(pod, "epoch 4")
+    op.set_conditions(name, "Succeeded")
+
+
+def trainjob_nodes(op: Operator, name: str) -> None:
+    labels = {
+        "jobset.sigs.k8s.io/jobset-name": name,
+        "jobset.sigs.k8s.io/replicatedjob-name": "node",
+        "batch.kubernetes.io/job-completion-index": "0",
+    }
+    op.emulator.write(f"{name}-node-0-0-abcde", "trainjob rank 0 says hi")
+    before = op.emulator.log_requests()
+    op.pod(f"{name}-node-0-0-abcde", labels, "node", running("node"))
+    op.pod(f"{name}-node-0-1-fghij", {**labels, "batch.kubernetes.io/job-completion-index": "1"}, "node", running("node"))
+    wait_for(lambda: op.emulator.log_requests() > before, what="the log stream")
+    op.set_conditions(name, "Complete")
+
+
+@pytest.mark.parametrize(
+    "backend, name, script, lines",
+    [
+        pytest.param("pytorchjob", "fd-job", restarted_master,
+                     ["[fd-job-master-0] step 1 loss 2.5", "[fd-job-master-0] step 2 loss 2.1",
+                      "[fd-job-master-0] resumed from step 2", "[fd-job-master-0] step 3 loss 1.9"],
+                     id="pytorchjob-across-a-container-restart"),
+        pytest.param("pytorchjob", "fd-drop", dropped_stream, [f"[fd-drop-master-0] epoch {i}" for i in (1, 2, 3, 4)],
+                     id="dropped-stream-reopened-without-loss-or-repeats"),
+        pytest.param("trainjob", "fd-tj", trainjob_nodes, ["[fd-tj-node-0-0-abcde] trainjob rank 0 says hi"],
+                     id="trainjob"),
+    ],
+)
+def test_success_streams_rank_0_log_and_deletes_the_job(emulator, namespace, caplog, backend, name, script, lines):
     caplog.set_level(logging.INFO)
-    op = Operator(emulator, namespace).run(script)
-    result = launch(emulator, namespace)
+    op = Operator(emulator, namespace, PTJ if backend == "pytorchjob" else TJ).run(script)
+    result = launch(emulator, namespace, backend=backend, name=name)
     op.join()
-    assert result.state == "succeeded" and result.kind == "PyTorchJob"
-    assert result.output_dir == "/data/runs/fd-job"
-    streamed = [r.getMessage() for r in caplog.records if r.name == "flashdraft.launch.job"]
-    assert streamed == [
-        "[fd-job-master-0] step 1 loss 2.5",
-        "[fd-job-master-0] step 2 loss 2.1",
-        "[fd-job-master-0] resumed from step 2",
-        "[fd-job-master-0] step 3 loss 1.9",
-    ]
-    assert result.log_lines == 4
+    assert result.job.state == "succeeded" and result.job.kind == KINDS[backend]
+    assert result.backend == backend and result.output_dir == f"/data/runs/{name}"
+    assert streamed(caplog) == lines and result.job.log_lines == len(lines)
     assert op.job() is None  # cleanup on success
 
 
-def test_dropped_log_stream_is_reopened_without_loss_or_repeats(emulator, namespace, caplog):
-    """A follow stream that ends while the container runs is reopened from its last timestamp."""
-
-    def script(op: Operator):
-        name = op.wait_job()["metadata"]["name"]
-        pod = f"{name}-master-0"
-        emulator.write(pod, "epoch 1", "epoch 2")
-        before = len(emulator.log_params)
-        op.pod(pod, master_labels(name), "pytorch", running("pytorch"))
-        wait_for(lambda: len(emulator.log_params) > before, what="the first log stream")
-        emulator.write(pod, "epoch 3")  # written after the stream dropped
-        wait_for(
-            lambda: any("sinceSeconds" in p for p in emulator.log_params[before:]), what="the stream to be reopened"
-        )
-        emulator.write(pod, "epoch 4")
-        op.set_conditions(name, "Succeeded")
-
-    caplog.set_level(logging.INFO)
-    op = Operator(emulator, namespace).run(script)
-    result = launch(emulator, namespace, name="fd-drop")
-    op.join()
-    streamed = [r.getMessage() for r in caplog.records if r.name == "flashdraft.launch.job"]
-    assert streamed == [f"[fd-drop-master-0] epoch {i}" for i in (1, 2, 3, 4)]
-    assert result.log_lines == 4
+# --- jobs that fail, cannot start or time out: the error names the cause ---------------------------
+UNSCHEDULABLE = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
 
 
-def test_trainjob_success(emulator, namespace, caplog):
-    def script(op: Operator):
-        name = op.wait_job()["metadata"]["name"]
-        labels = {
-            "jobset.sigs.k8s.io/jobset-name": name,
-            "jobset.sigs.k8s.io/replicatedjob-name": "node",
-            "batch.kubernetes.io/job-completion-index": "0",
-        }
-        emulator.write(f"{name}-node-0-0-abcde", "trainjob rank 0 says hi")
-        before = emulator.log_requests()
-        op.pod(f"{name}-node-0-0-abcde", labels, "node", running("node"))
-        op.pod(
-            f"{name}-node-0-1-fghij",
-            {**labels, "batch.kubernetes.io/job-completion-index": "1"},
-            "node",
-            running("node"),
-        )
-        wait_for(lambda: emulator.log_requests() > before, what="the log stream")
-        op.set_conditions(name, "Complete")
-
-    caplog.set_level(logging.INFO)
-    op = Operator(emulator, namespace, TJ).run(script)
-    result = launch(emulator, namespace, launcher="trainjob", name="fd-tj")
-    op.join()
-    assert result.state == "succeeded" and result.kind == "TrainJob"
-    assert "[fd-tj-node-0-0-abcde] trainjob rank 0 says hi" in [r.getMessage() for r in caplog.records]
+def oom_killed(op: Operator, name: str) -> None:
+    op.master(name, container_status("Failed", {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}, restarts=3))
+    op.set_conditions(name, "Created", "Failed",
+                      message="PyTorchJob fd-job has failed because it has reached the specified backoff limit")
 
 
-def test_failure_names_the_pod_reason_and_keeps_the_job(emulator, namespace):
-    def script(op: Operator):
-        name = op.wait_job()["metadata"]["name"]
-        op.pod(
-            f"{name}-master-0",
-            master_labels(name),
-            "pytorch",
-            container_status("Failed", {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}, restarts=3),
-        )
-        op.set_conditions(
-            name,
-            "Created",
-            "Failed",
-            message="PyTorchJob fd-job has failed because it has reached the specified backoff limit",
-        )
-
-    op = Operator(emulator, namespace).run(script)
-    with pytest.raises(JobFailedError) as err:
-        launch(emulator, namespace)
-    op.join()
-    text = str(err.value)
-    assert "PyTorchJob fd-job failed" in text and "backoff limit" in text
-    assert "fd-job-master-0" in text and "exited with code 137 (OOMKilled)" in text and "--memory" in text
-    assert op.job() is not None  # kept for inspection (cleanup=on-success)
+def crash_loop(op: Operator, name: str) -> None:
+    op.master(name, container_status(
+        "Running",
+        {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s restarting failed container"}},
+        restarts=4,
+        last_state={"terminated": {"exitCode": 1, "reason": "Error"}},
+    ))
+    time.sleep(0.3)
+    op.set_conditions(name, "Failed")
 
 
-def test_crashloop_exit_code_in_failure(emulator, namespace):
-    def script(op: Operator):
-        name = op.wait_job()["metadata"]["name"]
-        op.pod(
-            f"{name}-master-0",
-            master_labels(name),
-            "pytorch",
-            container_status(
-                "Running",
-                {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s restarting failed container"}},
-                restarts=4,
-                last_state={"terminated": {"exitCode": 1, "reason": "Error"}},
-            ),
-        )
-        time.sleep(0.3)
-        op.set_conditions(name, "Failed")
+def waiting_master(reason: str, message: str):
+    def script(op: Operator, name: str) -> None:
+        op.master(name, container_status("Pending", {"waiting": {"reason": reason, "message": message}}))
 
-    op = Operator(emulator, namespace).run(script)
-    with pytest.raises(JobFailedError) as err:
-        launch(emulator, namespace, cleanup="always")
-    op.join()
-    assert "CrashLoopBackOff after 4 restarts" in str(err.value) and "exited with code 1 (Error)" in str(err.value)
-    assert op.job() is None  # cleanup=always
+    return script
 
 
-def test_image_pull_backoff_fails_fast_and_frees_the_gpus(emulator, namespace):
-    def script(op: Operator):
-        name = op.wait_job()["metadata"]["name"]
-        op.pod(
-            f"{name}-master-0",
-            master_labels(name),
-            "pytorch",
-            container_status(
-                "Pending",
-                {"waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{IMAGE}"'}},
-            ),
-        )
+def unschedulable(op: Operator, name: str) -> None:
+    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": UNSCHEDULABLE}
+    op.master(name, {"phase": "Pending", "conditions": [condition]})
+    op.event(f"{name}-master-0", "Pod", "FailedScheduling", UNSCHEDULABLE)
 
+
+def unknown_service_account(op: Operator, name: str) -> None:
+    op.event(name, "PyTorchJob", "FailedCreatePod",
+             f'Error creating: pods "{name}-master-0" is forbidden: error looking up service account '
+             f'{op.namespace}/trainer: serviceaccount "trainer" not found')
+
+
+def deleted_by_someone_else(op: Operator, name: str) -> None:
+    op.custom.delete_namespaced_custom_object(*PTJ[:2], op.namespace, PTJ[2], name)
+
+
+@pytest.mark.parametrize(
+    "script, settings, error, texts, kept",
+    [
+        pytest.param(oom_killed, {}, JobFailedError,
+                     ["PyTorchJob fd-job failed", "backoff limit", "fd-job-master-0", "exited with code 137 (OOMKilled)",
+                      "--memory"],
+                     True, id="failure-names-the-pod-reason-and-keeps-the-job"),
+        pytest.param(crash_loop, {"cleanup": "always"}, JobFailedError,
+                     ["CrashLoopBackOff after 4 restarts", "exited with code 1 (Error)"],
+                     False, id="crashloop-exit-code-cleanup-always"),
+        pytest.param(waiting_master("ImagePullBackOff", f'Back-off pulling image "{IMAGE}"'), {"timeout_s": 60},
+                     JobStuckError, ["ImagePullBackOff", "image name and tag"],
+                     False, id="image-pull-backoff-fails-fast-and-frees-the-gpus"),
+        pytest.param(waiting_master("CreateContainerConfigError", 'secret "flashdraft-hf-token" not found'),
+                     {"secret_env": ["HF_TOKEN=flashdraft-hf-token:HF_TOKEN"]}, JobStuckError,
+                     ['secret "flashdraft-hf-token" not found', "secrets.template.yaml"],
+                     False, id="missing-secret-is-named"),
+        pytest.param(unschedulable, {"timeout_s": 1}, JobTimeoutError,
+                     ["did not finish within 1 s", f"Unschedulable: {UNSCHEDULABLE}", "free GPUs",
+                      f"event fd-job-master-0: FailedScheduling: {UNSCHEDULABLE}"],
+                     False, id="timeout-reports-unschedulable-pods-and-deletes"),
+        pytest.param(unknown_service_account, {"service_account": "trainer"}, JobStuckError,
+                     ['serviceaccount "trainer" not found', "--service-account"],
+                     False, id="unknown-service-account-from-operator-events"),
+        pytest.param(deleted_by_someone_else, {}, JobFailedError, ["was deleted while we watched it"],
+                     False, id="job-deleted-externally"),
+    ],
+)
+def test_failure_is_explained(emulator, namespace, script, settings, error, texts, kept):
     op = Operator(emulator, namespace).run(script)
     start = time.monotonic()
-    with pytest.raises(JobStuckError) as err:
-        launch(emulator, namespace, timeout_s=60)
+    with pytest.raises(error) as err:
+        launch(emulator, namespace, **settings)
     op.join()
+    # A job that cannot start would hold its GPUs waiting forever: the launcher gives up at once.
     assert time.monotonic() - start < 10
-    assert "ImagePullBackOff" in str(err.value) and "image name and tag" in str(err.value)
-    assert op.job() is None  # a stuck job still holds its GPUs: deleted
+    for text in texts:
+        assert text in str(err.value)
+    # Kept for inspection only when it ran and failed (cleanup on-success); a stuck or running job is deleted.
+    assert (op.job() is not None) == kept
 
 
-def test_missing_secret_is_named(emulator, namespace):
-    def script(op: Operator):
-        name = op.wait_job()["metadata"]["name"]
-        op.pod(
-            f"{name}-master-0",
-            master_labels(name),
-            "pytorch",
-            container_status(
-                "Pending",
-                {"waiting": {"reason": "CreateContainerConfigError",
-                             "message": 'secret "flashdraft-hf-token" not found'}},
-            ),
-        )
-
-    op = Operator(emulator, namespace).run(script)
-    with pytest.raises(JobStuckError) as err:
-        launch(emulator, namespace, secret_env=["HF_TOKEN=flashdraft-hf-token:HF_TOKEN"])
-    op.join()
-    assert 'secret "flashdraft-hf-token" not found' in str(err.value) and "secrets.template.yaml" in str(err.value)
-
-
-def test_timeout_reports_unschedulable_pods_and_deletes(emulator, namespace):
-    message = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
-
-    def script(op: Operator):
-        name = op.wait_job()["metadata"]["name"]
-        op.pod(
-            f"{name}-master-0",
-            master_labels(name),
-            "pytorch",
-            {
-                "phase": "Pending",
-                "conditions": [
-                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
-                ],
-            },
-        )
-        op.event(f"{name}-master-0", "Pod", "FailedScheduling", message)
-
-    op = Operator(emulator, namespace).run(script)
-    with pytest.raises(JobTimeoutError) as err:
-        launch(emulator, namespace, timeout_s=1.0)
-    op.join()
-    text = str(err.value)
-    assert "did not finish within 1 s" in text
-    assert f"Unschedulable: {message}" in text and "free GPUs" in text
-    assert f"event fd-job-master-0: FailedScheduling: {message}" in text
-    assert op.job() is None  # a running job is not left behind
-
-
-def test_unknown_service_account_from_operator_events(emulator, namespace):
-    def script(op: Operator):
-        name = op.wait_job()["metadata"]["name"]
-        op.event(
-            name,
-            "PyTorchJob",
-            "FailedCreatePod",
-            f'Error creating: pods "{name}-master-0" is forbidden: error looking up service account {namespace}/trainer: serviceaccount "trainer" not found',
-        )
-
-    op = Operator(emulator, namespace).run(script)
-    with pytest.raises(JobStuckError) as err:
-        launch(emulator, namespace, service_account="trainer")
-    op.join()
-    assert 'serviceaccount "trainer" not found' in str(err.value) and "--service-account" in str(err.value)
-
-
-def test_job_deleted_externally(emulator, namespace):
-    def script(op: Operator):
-        name = op.wait_job()["metadata"]["name"]
-        op.custom.delete_namespaced_custom_object(*PTJ[:2], namespace, PTJ[2], name)
-
-    op = Operator(emulator, namespace).run(script)
-    with pytest.raises(JobFailedError, match="was deleted while we watched it"):
-        launch(emulator, namespace)
-    op.join()
-
-
+# --- ownership, API errors, the command line -------------------------------------------------------
 def test_owner_reference_from_kfp_env(emulator, namespace, monkeypatch):
     monkeypatch.setenv("KFP_POD_NAME", "dflash-pipeline-train-123")
     monkeypatch.setenv("KFP_POD_UID", "4f1c-uid")
     monkeypatch.setenv("KFP_NAMESPACE", namespace)
     seen = {}
 
-    def script(op: Operator):
-        job = op.wait_job()
-        seen.update(job)
-        op.set_conditions(job["metadata"]["name"], "Succeeded")
+    def script(op: Operator, name: str):
+        seen.update(op.job())
+        op.set_conditions(name, "Succeeded")
 
     op = Operator(emulator, namespace).run(script)
     launch(emulator, namespace, cleanup="never")
     op.join()
-    assert (
-        seen["spec"]["runPolicy"]["activeDeadlineSeconds"] == 15
-    )  # the launcher's timeout, enforced by the cluster too
+    # the launcher's timeout, enforced by the cluster too
+    assert seen["spec"]["runPolicy"]["activeDeadlineSeconds"] == 15
     assert seen["metadata"]["ownerReferences"] == [
         {"apiVersion": "v1", "kind": "Pod", "name": "dflash-pipeline-train-123", "uid": "4f1c-uid"}
     ]
@@ -519,30 +430,29 @@ def test_owner_reference_in_cluster_reads_the_pod_uid(emulator, namespace, monke
     assert kube.pipeline_pod_owner(op.core, "elsewhere") is None
 
 
-def test_api_errors_are_clear(emulator, namespace):
-    forbidden = f'pytorchjobs.kubeflow.org is forbidden: User "system:serviceaccount:{namespace}:pipeline-runner" cannot create resource "pytorchjobs"'
-    emulator.emu[
-        "post", kmock.namespace(namespace), kmock.resource("kubeflow.org/v1/pytorchjobs")
-    ] << kmock.KubernetesError(status=403, reason="Forbidden", message=forbidden)
+@pytest.mark.parametrize(
+    "backend, resource, status, message, expected",
+    [
+        pytest.param("pytorchjob", "kubeflow.org/v1/pytorchjobs", 403,
+                     'pytorchjobs.kubeflow.org is forbidden: User "system:serviceaccount:{ns}:pipeline-runner" '
+                     'cannot create resource "pytorchjobs"',
+                     ["manifests/"], id="forbidden-names-the-rbac-fix"),
+        pytest.param("pytorchjob", None, 404, 'namespaces "{ns}" not found', ["namespace '{ns}' does not exist"],
+                     id="missing-namespace"),
+        pytest.param("trainjob", "trainer.kubeflow.org/v1alpha1/trainjobs", 404,
+                     "the server could not find the requested resource",
+                     [r"does not serve TrainJob .* install Kubeflow Trainer"], id="missing-crd"),
+    ],
+)
+def test_api_errors_are_clear(emulator, namespace, backend, resource, status, message, expected):
+    criteria = ("post", kmock.namespace(namespace), *([kmock.resource(resource)] if resource else []))
+    reason = {403: "Forbidden", 404: "NotFound"}[status]
+    emulator.emu[criteria] << kmock.KubernetesError(status=status, reason=reason, message=message.format(ns=namespace))
     with pytest.raises(UserError) as err:
-        launch(emulator, namespace)
-    assert forbidden in str(err.value) and "manifests/" in str(err.value)
-
-    missing = f"team-missing-{namespace}"
-    emulator.emu["post", kmock.namespace(missing)] << kmock.KubernetesError(
-        status=404, reason="NotFound", message=f'namespaces "{missing}" not found'
-    )
-    with pytest.raises(UserError, match=f"namespace '{missing}' does not exist"):
-        launch(emulator, missing)
-
-    no_crd = f"team-nocrd-{namespace}"
-    emulator.emu[
-        "post", kmock.namespace(no_crd), kmock.resource("trainer.kubeflow.org/v1alpha1/trainjobs")
-    ] << kmock.KubernetesError(
-        status=404, reason="NotFound", message="the server could not find the requested resource"
-    )
-    with pytest.raises(UserError, match=r"does not serve TrainJob .* install Kubeflow Trainer"):
-        launch(emulator, no_crd, launcher="trainjob")
+        launch(emulator, namespace, backend=backend)
+    assert message.format(ns=namespace) in str(err.value)  # the API server's own words
+    for pattern in expected:
+        assert re.search(pattern.format(ns=namespace), str(err.value))
 
 
 def test_name_clash_is_clear(emulator, namespace):
@@ -569,35 +479,16 @@ def test_cli_against_the_emulator(emulator, namespace, tmp_path, monkeypatch, ca
     for var in ("KFP_POD_NAME", "KFP_POD_UID", "KFP_NAMESPACE", "KUBERNETES_SERVICE_HOST"):
         monkeypatch.delenv(var, raising=False)
 
-    def script(op: Operator):
-        name = op.wait_job()["metadata"]["name"]
-        op.pod(
-            f"{name}-master-0",
-            master_labels(name),
-            "pytorch",
-            container_status(
-                "Failed",
-                {"terminated": {"exitCode": 2, "reason": "Error", "message": "flashdraft train: error: unknown recipe"}},
-            ),
-        )
+    def script(op: Operator, name: str):
+        op.master(name, container_status(
+            "Failed",
+            {"terminated": {"exitCode": 2, "reason": "Error", "message": "flashdraft train: error: unknown recipe"}},
+        ))
         op.set_conditions(name, "Failed")
 
     op = Operator(emulator, namespace).run(script)
-    code = main(
-        [
-            "launch",
-            "--image",
-            IMAGE,
-            "--config",
-            "smollm2_135m",
-            "--name",
-            "fd-cli",
-            "--timeout",
-            "15",
-            "--poll-interval",
-            "0.05",
-        ]
-    )
+    code = main(["launch", "--backend", "pytorchjob", "--image", IMAGE, "--config", "smollm2_135m", "--name", "fd-cli",
+                 "--timeout", "15", "--poll-interval", "0.1"])
     op.join()
     assert code == 2
     err = capsys.readouterr().err

@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 from train_helpers import alphabet_chats, tiny_train_args
 
-from flashdraft.launch import make_spec
+from flashdraft.config import load_config
+from flashdraft.launch.job_spec import job_spec
 from flashdraft.launch.jobs import build_job
 
 LEAKY = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")
@@ -112,19 +113,18 @@ def test_two_nodes_form_one_group_train_and_resume_after_restart(tiny_target, tm
         if not a.startswith("train.output_dir=")
     ]
 
-    def job(launcher: str, env: dict) -> dict:
-        spec = make_spec(
-            launcher=launcher,
+    def job(backend: str, env: dict) -> dict:
+        launch = dict(
+            backend=backend,
             image="reg/flashdraft-runtime:0.1.0",
             gpus_per_node=0,
             nodes=2,
             pvcs=[f"flashdraft-data:{pvc}"],
             namespace="team-a",
             name="fd-pet",
-            overrides=overrides,
             env={"OMP_NUM_THREADS": "1", **env},
         )
-        return build_job(spec)
+        return build_job(job_spec(load_config(None, overrides, {f"launch.{k}": v for k, v in launch.items()})))
 
     out = pvc / "runs" / "fd-pet"
     first = run_pods(job("pytorchjob", {"FLASHDRAFT_CRASH_AFTER_STEP": "3"}), tmp_path / "scratch1")

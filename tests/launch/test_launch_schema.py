@@ -15,7 +15,8 @@ import jsonschema
 import pytest
 import yaml
 
-from flashdraft.launch import make_spec
+from flashdraft.config import load_config
+from flashdraft.launch.job_spec import job_spec
 from flashdraft.launch.jobs import build_job
 
 CRDS = Path(__file__).resolve().parents[2] / ".." / "shared" / "crds"
@@ -111,24 +112,16 @@ VARIANTS = [
         secret_env=["HF_TOKEN=flashdraft-hf-token:HF_TOKEN"],
         pvcs=["flashdraft-data:/data", "flashdraft-models:/models:targets"],
         env={"NCCL_DEBUG": "WARN"},
-        active_deadline_s=86400,
+        timeout_s=86400,
     ),
     dict(nodes=2, gpus_per_node=0, procs_per_node=2, image="reg/flashdraft-runtime:0.1.0"),
 ]
 
 
-def _spec(launcher: str, **kw):
-    args = dict(
-        launcher=launcher,
-        image="reg/flashdraft-trainer:0.1.0-cuda12.8",
-        recipe="smollm2_135m",
-        overrides=["draft.num_layers=2"],
-        pvcs=["flashdraft-data:/data"],
-        namespace="team-a",
-        name="fd-test",
-    )
-    args.update(kw)
-    return make_spec(**args)
+def _spec(backend: str, **launch):
+    values = dict(backend=backend, image="reg/flashdraft-trainer:0.1.0-cuda12.8", namespace="team-a", name="fd-test")
+    values.update(launch)
+    return job_spec(load_config("smollm2_135m", ["draft.num_layers=2"], {f"launch.{k}": v for k, v in values.items()}))
 
 
 @pytest.mark.parametrize("variant", range(len(VARIANTS)))
@@ -160,8 +153,8 @@ def test_elastic_pytorchjob_validates():
 
 def test_owner_reference_validates():
     owner = {"apiVersion": "v1", "kind": "Pod", "name": "pipeline-train-abc", "uid": "1234-5678"}
-    for launcher, crd in (("pytorchjob", PYTORCHJOB_CRD), ("trainjob", TRAINJOB_CRD)):
-        job = build_job(_spec(launcher), owner)
+    for backend, crd in (("pytorchjob", PYTORCHJOB_CRD), ("trainjob", TRAINJOB_CRD)):
+        job = build_job(_spec(backend), owner)
         assert_valid(job, crd)
         assert job["metadata"]["ownerReferences"] == [owner]
 

@@ -1,4 +1,4 @@
-"""The dflash strategy: anchors, labels, loss and gradients against a naive per-block reference."""
+"""The dflash objective: anchors, labels, loss and gradients against a naive per-block reference."""
 
 from __future__ import annotations
 
@@ -8,40 +8,25 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from flashdraft.target.source import load_target_config, load_tokenizer
+from dflash_helpers import BLOCK, make_batch, make_config, make_objective, write_draft
 from flashdraft.data import Batch
 from flashdraft.errors import UserError
-from flashdraft.objectives import get_strategy
 from flashdraft.objectives.chunked_ce import linear_cross_entropy
-from flashdraft.objectives.dflash import DFlashStrategy, decay_gamma, slot_weights
-from dflash_helpers import BLOCK, make_batch, make_config
+from flashdraft.objectives.dflash import DFlashObjective, decay_gamma, slot_weights
+from flashdraft.target.source import load_target_config, load_tokenizer
 
 
-
-def make_strategy(target_path, **strategy) -> tuple[DFlashStrategy, torch.nn.Module]:
-    config = make_config(target_path, **strategy)
-    target_config = load_target_config(str(target_path))
-    tokenizer = load_tokenizer(str(target_path))
-    strat = get_strategy("dflash").plan(config, target_config, tokenizer)
-    draft = strat.build(torch.device("cpu"))
-    torch.manual_seed(1)
-    with torch.no_grad():  # a fresh draft has zero-ish norms; random ones make gradients informative
-        for p in draft.parameters():
-            p.add_(torch.randn_like(p) * 0.1)
-    return strat, draft
-
-
-def naive_loss(strat: DFlashStrategy, draft, batch: Batch, prepared) -> torch.Tensor:
+def naive_loss(objective: DFlashObjective, draft, batch: Batch, prepared) -> torch.Tensor:
     """Full logits, one draft forward per block with NO mask over exactly its visible context."""
-    target, size = strat.target, strat.block_size
-    weights = slot_weights(size, strat.gamma)
-    mask_id = strat.draft_config.mask_token_id
+    target, size = objective.target, objective.block_size
+    weights = slot_weights(size, objective.gamma)
+    mask_id = objective.draft_config.mask_token_id
     total, count = 0.0, 0
     for row in range(batch.input_ids.shape[0]):
         length = int(batch.attention_mask[row].sum())
         ids = batch.input_ids[row : row + 1, :length]
-        features = target.context_features(ids, strat.draft_config.target_layer_ids)  # unpadded
-        for b in range(strat.num_anchors):
+        features = target.context_features(ids, objective.draft_config.target_layer_ids)  # unpadded
+        for b in range(objective.num_anchors):
             if not prepared.block_valid[row, b]:
                 continue
             a = int(prepared.anchors[row, b])
@@ -63,16 +48,16 @@ def naive_loss(strat: DFlashStrategy, draft, batch: Batch, prepared) -> torch.Te
 
 @pytest.mark.parametrize("num_anchors", [1, 6])
 def test_loss_and_grads_equal_naive_reference(tiny_target, num_anchors):
-    strat, draft = make_strategy(tiny_target("qwen3"), num_anchors=num_anchors)
+    objective, draft = make_objective(tiny_target("qwen3"), num_anchors=num_anchors)
     batch = make_batch()
-    prepared = strat.prepare(batch, step=3)
+    prepared = objective.prepare(batch, step=3)
     assert prepared.block_valid.sum() == 2 * num_anchors
-    loss_sum, sums = strat.loss(draft, prepared)
+    loss_sum, sums = objective.loss(draft, prepared)
     loss = loss_sum / prepared.num_targets
     loss.backward()
     grads = {n: p.grad.clone() for n, p in draft.named_parameters()}
     draft.zero_grad()
-    reference = naive_loss(strat, draft, batch, prepared)
+    reference = naive_loss(objective, draft, batch, prepared)
     reference.backward()
     torch.testing.assert_close(loss, reference, atol=1e-5, rtol=1e-5)
     for name, p in draft.named_parameters():
@@ -83,9 +68,9 @@ def test_loss_and_grads_equal_naive_reference(tiny_target, num_anchors):
 def test_chunked_head_equals_full_logits(tiny_target):
     results = []
     for chunk in (0, 5):
-        strat, draft = make_strategy(tiny_target("qwen3"), lm_head_chunk=chunk)
-        prepared = strat.prepare(make_batch(), step=0)
-        loss_sum, sums = strat.loss(draft, prepared)
+        objective, draft = make_objective(tiny_target("qwen3"), lm_head_chunk=chunk)
+        prepared = objective.prepare(make_batch(), step=0)
+        loss_sum, sums = objective.loss(draft, prepared)
         loss_sum.backward()
         results.append((loss_sum.detach(), sums, [p.grad.clone() for p in draft.parameters()]))
     (l0, s0, g0), (l1, s1, g1) = results
@@ -95,15 +80,23 @@ def test_chunked_head_equals_full_logits(tiny_target):
     assert torch.equal(s0["correct"], s1["correct"])
 
 
+def pad_multiples(objective) -> tuple[int, int]:
+    """pad_multiple on the CPU and on CUDA (use_device only makes choices; nothing moves), back on the CPU."""
+    found = []
+    for device in ("cuda", "cpu"):
+        objective.use_device(torch.device(device))
+        found.append(objective.pad_multiple)
+    return found[1], found[0]
+
+
 def test_compiled_attention_pads_to_whole_blocks_and_padding_changes_nothing(tiny_target):
     """Where FlexAttention is compiled, batches pad to 128-token blocks (few shapes, few compilations)."""
-    strat, draft = make_strategy(tiny_target("qwen3"), attention="auto")
-    cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert (strat.pad_multiple(cpu), strat.pad_multiple(cuda)) == (1, 128)
+    objective, draft = make_objective(tiny_target("qwen3"), attention="auto")
+    assert pad_multiples(objective) == (1, 128)
     for asked, used in ((512, 512), (200, 256)):
-        strat.config.data.pad_to_multiple = asked
-        assert (strat.pad_multiple(cpu), strat.pad_multiple(cuda)) == (asked, used)
-    assert make_strategy(tiny_target("qwen3"), attention="sdpa")[0].pad_multiple(cuda) == 1
+        objective.config.data.pad_to_multiple = asked
+        assert pad_multiples(objective) == (asked, used)
+    assert pad_multiples(make_objective(tiny_target("qwen3"), attention="sdpa")[0]) == (1, 1)
 
     batch = make_batch()
     extra = 128 - batch.input_ids.shape[1]
@@ -111,8 +104,8 @@ def test_compiled_attention_pads_to_whole_blocks_and_padding_changes_nothing(tin
                    F.pad(batch.loss_mask, (0, extra)), batch.sample_ids)
     results = []
     for b in (batch, padded):
-        prepared = strat.prepare(b, step=2)
-        loss_sum, sums = strat.loss(draft, prepared)
+        prepared = objective.prepare(b, step=2)
+        loss_sum, sums = objective.loss(draft, prepared)
         loss_sum.backward()
         results.append((prepared.anchors, loss_sum.detach(), [p.grad.clone() for p in draft.parameters()]))
         draft.zero_grad()
@@ -125,15 +118,15 @@ def test_compiled_attention_pads_to_whole_blocks_and_padding_changes_nothing(tin
 
 def test_compiled_layers_match_eager_layers(tiny_target):
     """objective.compile_layers: same loss and gradients as the eager draft, over two batch lengths."""
-    eager_strat, eager = make_strategy(tiny_target("qwen3"), num_anchors=4)
-    strat, draft = make_strategy(tiny_target("qwen3"), num_anchors=4, compile_layers=True)
+    eager_objective, eager = make_objective(tiny_target("qwen3"), num_anchors=4)
+    objective, draft = make_objective(tiny_target("qwen3"), num_anchors=4, compile_layers=True)
     assert all(layer._compiled_call_impl is not None for layer in draft.layers)
-    assert strat.pad_multiple(torch.device("cpu")) == 128  # few lengths, few compilations
+    assert objective.pad_multiple == 128  # few lengths, few compilations
     draft.load_state_dict(eager.state_dict())
     for lengths in ((30, 19), (25,)):
-        prepared = strat.prepare(make_batch(lengths), step=1)
+        prepared = objective.prepare(make_batch(lengths), step=1)
         results = []
-        for s, model in ((eager_strat, eager), (strat, draft)):
+        for s, model in ((eager_objective, eager), (objective, draft)):
             loss_sum, _ = s.loss(model, prepared)
             loss_sum.backward()
             results.append((loss_sum.detach(), [p.grad.clone() for p in model.parameters()]))
@@ -160,9 +153,9 @@ def test_linear_cross_entropy_chunks_match_autograd():
 
 
 def test_anchors_follow_the_rules_and_are_split_invariant(tiny_target):
-    strat, _ = make_strategy(tiny_target("qwen3"), num_anchors=50)
+    objective, _ = make_objective(tiny_target("qwen3"), num_anchors=50)
     batch = make_batch(lengths=(30, 19))
-    prepared = strat.prepare(batch, step=7)
+    prepared = objective.prepare(batch, step=7)
     for row, length in enumerate((30, 19)):
         used = prepared.anchors[row][prepared.block_valid[row]]
         assert len(set(used.tolist())) == len(used)  # drawn without replacement
@@ -175,11 +168,12 @@ def test_anchors_follow_the_rules_and_are_split_invariant(tiny_target):
                     assert prepared.labels[row, b, k] == batch.input_ids[row, a + k]  # same position
         assert not prepared.label_mask[row, :, 0].any()
     # Same sample id and step -> same anchors, whatever the rest of the micro-batch.
-    strat.num_anchors = 3
-    both = strat.prepare(batch, step=7)
-    alone = strat.prepare(Batch(*(t[1:] for t in (batch.input_ids, batch.attention_mask, batch.loss_mask, batch.sample_ids))), step=7)
+    objective.num_anchors = 3
+    both = objective.prepare(batch, step=7)
+    rest = (batch.input_ids, batch.attention_mask, batch.loss_mask, batch.sample_ids)
+    alone = objective.prepare(Batch(*(t[1:] for t in rest)), step=7)
     assert torch.equal(both.anchors[1], alone.anchors[0])
-    assert not torch.equal(strat.prepare(batch, step=8).anchors, both.anchors)
+    assert not torch.equal(objective.prepare(batch, step=8).anchors, both.anchors)
 
 
 def test_gamma_rule_and_weights():
@@ -190,66 +184,63 @@ def test_gamma_rule_and_weights():
 
 
 def test_expected_tau_from_slot_accuracy(tiny_target):
-    strat, _ = make_strategy(tiny_target("qwen3"), num_anchors=2)
+    objective, _ = make_objective(tiny_target("qwen3"), num_anchors=2)
     batch = make_batch(lengths=(40,), prompt=0)
     batch.loss_mask[:] = True
-    prepared = strat.prepare(batch, step=0)
-    perfect = strat._counts(torch.tensor(0.0), prepared.label_mask.clone(), prepared, batch)
-    assert strat.summarise(perfect)["tau"] == pytest.approx(BLOCK)  # every slot right: tau = B
+    prepared = objective.prepare(batch, step=0)
+    perfect = objective._counts(torch.tensor(0.0), prepared.label_mask.clone(), prepared, batch)
+    assert objective.summarise(perfect)["tau"] == pytest.approx(BLOCK)  # every slot right: tau = B
     first_only = prepared.label_mask.clone()
     first_only[..., 2:] = False
-    assert strat.summarise(strat._counts(torch.tensor(0.0), first_only, prepared, batch))["tau"] == pytest.approx(2.0)
+    tau = objective.summarise(objective._counts(torch.tensor(0.0), first_only, prepared, batch))["tau"]
+    assert tau == pytest.approx(2.0)
     # Slot 1 right in one block of two; slot 2 right only where slot 1 was: a1 = 1/2, a2 = 1, a3 = 0.
     half = torch.zeros_like(prepared.label_mask)
     half[0, 0, 1:3] = True
     half[0, 1, 2] = True  # right at slot 2 after a miss at slot 1: does not count towards tau
-    assert strat.summarise(strat._counts(torch.tensor(0.0), half, prepared, batch))["tau"] == pytest.approx(2.0)
+    tau = objective.summarise(objective._counts(torch.tensor(0.0), half, prepared, batch))["tau"]
+    assert tau == pytest.approx(2.0)
 
 
 def test_draft_that_does_not_fit_the_target(tiny_target, tmp_path):
-    from flashdraft.stages.draft_init import init_draft
-
-    other = tiny_target("llama")  # hidden 64 too, so change the vocab: a draft for a 300-row target
     from tiny_models import save_tiny_target
 
+    other = tiny_target("llama")  # hidden 64 too, so change the vocab: a draft for a 300-row target
     big_vocab = save_tiny_target(tmp_path / "big", "qwen3", vocab_size=320)
-    init_draft(str(big_vocab), tmp_path / "draft", make_config(big_vocab).draft)
     config = make_config(other)
-    config.draft.init_from = str(tmp_path / "draft")
+    config.draft.init_from = str(write_draft(big_vocab, tmp_path / "draft"))
     with pytest.raises(UserError, match="vocab"):
-        DFlashStrategy.plan(config, load_target_config(str(other)), load_tokenizer(str(other)))
+        DFlashObjective.plan(config, load_target_config(str(other)), load_tokenizer(str(other)))
     wide = save_tiny_target(tmp_path / "wide", "qwen3", hidden=96)
-    init_draft(str(wide), tmp_path / "wide-draft", make_config(wide).draft)
-    config.draft.init_from = str(tmp_path / "wide-draft")
+    config.draft.init_from = str(write_draft(wide, tmp_path / "wide-draft"))
     with pytest.raises(UserError, match="hidden size"):
-        DFlashStrategy.plan(config, load_target_config(str(other)), load_tokenizer(str(other)))
+        DFlashObjective.plan(config, load_target_config(str(other)), load_tokenizer(str(other)))
 
 
 def test_flop_count_matches_measured_matmuls(tiny_target):
     """The MFU numerator: our matmul FLOPs == what torch's FlopCounterMode sees (attention aside)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    strat, draft = make_strategy(tiny_target("qwen3"), num_anchors=5)
+    objective, draft = make_objective(tiny_target("qwen3"), num_anchors=5)
     batch = make_batch(lengths=(40,))
-    prepared = strat.prepare(batch, step=0)
+    prepared = objective.prepare(batch, step=0)
     assert prepared.block_valid.all()  # every block used, so every computed token is useful
     with FlopCounterMode(display=False) as counter:
-        loss_sum, _ = strat.loss(draft, prepared)
+        loss_sum, _ = objective.loss(draft, prepared)
         loss_sum.backward()
     measured = sum(n for op, n in counter.get_flop_counts()["Global"].items() if "mm" in str(op))
-    strat.flops(prepared)  # builds the target's counter
-    target = strat._target_flops
+    target = objective.target_flops
     target.attention_layers = 0
-    expected = target(batch.attention_mask.sum(1)) + draft_flops_without_attention(strat, prepared)
+    expected = target(batch.attention_mask.sum(1)) + draft_flops_without_attention(objective, prepared)
     assert abs(measured - expected) / measured < 0.01, (measured, expected)
 
 
-def draft_flops_without_attention(strat, prepared) -> float:
+def draft_flops_without_attention(objective, prepared) -> float:
     from flashdraft.objectives.flops import draft_train_flops
 
     blocks = float(prepared.block_valid.sum())
-    return draft_train_flops(strat.draft_config, strat.target_config.vocab_size,
+    return draft_train_flops(objective.draft_config, objective.target_config.vocab_size,
                              context_tokens=float(prepared.batch.attention_mask.sum()),
-                             block_tokens=blocks * strat.block_size, visible_keys=0.0,
+                             block_tokens=blocks * objective.block_size, visible_keys=0.0,
                              supervised_slots=float(prepared.num_targets))
 

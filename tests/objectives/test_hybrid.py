@@ -1,4 +1,4 @@
-"""The hybrid strategy: alpha * diffusion + autoregressive CE against an explicit loop, block-wise masking
+"""The hybrid objective: alpha * diffusion + autoregressive CE against an explicit loop, block-wise masking
 statistics, normalisation (position 0, split invariance). Its 2-rank check is in test_mdlm.py."""
 
 from __future__ import annotations
@@ -9,18 +9,17 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from flashdraft.objectives.dflash import sample_seed
-from diffusion_helpers import (EPS, MASK_ID, ROWS,
-                                global_step_grads, make_batch, make_strategy, sample)
+from diffusion_helpers import EPS, MASK_ID, ROWS, global_step_grads, load_model, make_batch, make_objective, sample
 
 ALPHA = 0.7
 
 
 def test_loss_matches_an_explicit_loop(bidirectional_model):  # noqa: F811
-    strategy = make_strategy(bidirectional_model, "hybrid", **{"objective.alpha": ALPHA, "objective.masking": "block",
-                                                               "objective.mask_block_size": 6})
-    model = strategy.build(torch.device("cpu"))
-    prepared = strategy.prepare(make_batch(ROWS), step=1)
-    loss_sum, sums = strategy.loss(model, prepared)
+    objective = make_objective(bidirectional_model, "hybrid", **{
+        "objective.alpha": ALPHA, "objective.masking": "block", "objective.mask_block_size": 6})
+    model = load_model(objective)
+    prepared = objective.prepare(make_batch(ROWS), step=1)
+    loss_sum, sums = objective.loss(model, prepared)
     loss = float(loss_sum.detach()) / prepared.num_targets
 
     # Reference: one unpadded sequence at a time; the model's own bidirectional attention for the diffusion
@@ -51,17 +50,17 @@ def test_loss_matches_an_explicit_loop(bidirectional_model):  # noqa: F811
     assert int(sums["masked"]) > 0
     expected = (ALPHA * diffusion + ar) / supervised
     assert abs(loss - expected) <= 1e-5 * max(1.0, abs(expected))
-    summary = strategy.summarise(sums)
+    summary = objective.summarise(sums)
     assert abs(summary["ar_loss"] - ar / supervised) < 1e-5
     assert abs(summary["diffusion_loss"] - diffusion / supervised) < 1e-5 * max(1.0, diffusion / supervised)
 
 
 def test_block_masking_rates_match_p(causal_model):  # noqa: F811
     """Causal models need no override here; each block of 8 draws its own t."""
-    strategy = make_strategy(causal_model, "hybrid", **{"objective.masking": "block", "objective.mask_block_size": 8})
+    objective = make_objective(causal_model, "hybrid", **{"objective.masking": "block", "objective.mask_block_size": 8})
     n, length, block = 600, 40, 8
     batch = make_batch([(sid, length) for sid in range(n)])
-    prepared = strategy.prepare(batch, step=0)
+    prepared = objective.prepare(batch, step=0)
     supervised = batch.loss_mask.clone()
     supervised[:, 0] = False
     assert not (prepared.masked & ~supervised).any()
@@ -82,14 +81,14 @@ def test_block_masking_rates_match_p(causal_model):  # noqa: F811
 
 
 def test_position_zero_and_split_invariance(bidirectional_model):  # noqa: F811
-    strategy = make_strategy(bidirectional_model, "hybrid", **{"objective.alpha": ALPHA})
+    objective = make_objective(bidirectional_model, "hybrid", **{"objective.alpha": ALPHA})
     batch = make_batch(ROWS)
     batch.loss_mask[:, 0] = True
-    assert strategy.prepare(batch, step=0).num_targets == int(batch.loss_mask[:, 1:].sum())
+    assert objective.prepare(batch, step=0).num_targets == int(batch.loss_mask[:, 1:].sum())
 
-    model = strategy.build(torch.device("cpu"))
-    one, loss_one = global_step_grads(strategy, model, [make_batch(ROWS)])
-    two, loss_two = global_step_grads(strategy, model, [make_batch(ROWS[:2]), make_batch(ROWS[2:])])
+    model = load_model(objective)
+    one, loss_one = global_step_grads(objective, model, [make_batch(ROWS)])
+    two, loss_two = global_step_grads(objective, model, [make_batch(ROWS[:2]), make_batch(ROWS[2:])])
     assert abs(loss_one - loss_two) < 1e-5
     for name, grad in one.items():
         torch.testing.assert_close(two[name], grad, rtol=1e-4, atol=1e-6, msg=name)

@@ -1,4 +1,4 @@
-"""The mdlm strategy: loss against an explicit loop, bidirectional attention, masking statistics, split
+"""The mdlm objective: loss against an explicit loop, bidirectional attention, masking statistics, split
 invariance (in process and over 2 gloo ranks), export, and the errors for bad input."""
 
 from __future__ import annotations
@@ -14,12 +14,14 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from diffusion_helpers import (EPS, MASK_ID, ROWS, global_step_grads, load_model, make_batch, make_objective, sample,
+                               save_model)
 from flashdraft import cli
-from flashdraft.target.source import load_target_config, load_tokenizer
 from flashdraft.config import load_config
 from flashdraft.errors import UserError
-from flashdraft.objectives import get_strategy
-from diffusion_helpers import EPS, MASK_ID, ROWS, global_step_grads, make_batch, make_strategy, sample, save_model
+from flashdraft.objectives import get_objective
+from flashdraft.target.source import load_target_config, load_tokenizer
+from flashdraft.train.models import export_trained
 from train_helpers import TESTS, alphabet_chats, tiny_train_args
 
 def reference_draws(seed: int, step: int, sample_id: int, length: int) -> tuple[float, torch.Tensor]:
@@ -32,11 +34,11 @@ def reference_draws(seed: int, step: int, sample_id: int, length: int) -> tuple[
 
 
 def test_loss_matches_an_explicit_loop(bidirectional_model):
-    strategy = make_strategy(bidirectional_model)
-    model = strategy.build(torch.device("cpu"))
+    objective = make_objective(bidirectional_model)
+    model = load_model(objective)
     batch = make_batch(ROWS)
-    prepared = strategy.prepare(batch, step=5)
-    loss_sum, sums = strategy.loss(model, prepared)
+    prepared = objective.prepare(batch, step=5)
+    loss_sum, sums = objective.loss(model, prepared)
     loss = float(loss_sum.detach()) / prepared.num_targets
 
     # Reference: one unpadded sequence at a time, the model's own (bidirectional) attention, no 4D mask.
@@ -59,31 +61,31 @@ def test_loss_matches_an_explicit_loop(bidirectional_model):
 
 
 def test_model_sees_future_tokens(causal_model):
-    strategy = make_strategy(causal_model, **{"objective.allow_causal_model": "true"})
-    model = strategy.build(torch.device("cpu")).eval()
+    objective = make_objective(causal_model, **{"objective.allow_causal_model": "true"})
+    model = load_model(objective).eval()
     ids = torch.randint(4, 260, (2, 12), generator=torch.Generator().manual_seed(0))
     changed = ids.clone()
     changed[:, 9] = MASK_ID
     attention = torch.ones_like(ids)
     attention[1, 10:] = 0  # padding: keys past a row's end stay invisible
     with torch.no_grad():
-        before = strategy.logits(model, ids, attention, causal=False)
-        after = strategy.logits(model, changed, attention, causal=False)
-        causal_before = strategy.logits(model, ids, attention, causal=True)
-        causal_after = strategy.logits(model, changed, attention, causal=True)
+        before = objective.logits(model, ids, attention, causal=False)
+        after = objective.logits(model, changed, attention, causal=False)
+        causal_before = objective.logits(model, ids, attention, causal=True)
+        causal_after = objective.logits(model, changed, attention, causal=True)
         pad_changed = ids.clone()
         pad_changed[1, 11] = 7
-        padded = strategy.logits(model, pad_changed, attention, causal=False)
+        padded = objective.logits(model, pad_changed, attention, causal=False)
     assert (before[:, :9] - after[:, :9]).abs().amax() > 1e-3  # earlier positions read position 9
     torch.testing.assert_close(causal_before[:, :9], causal_after[:, :9], rtol=0, atol=0)
     torch.testing.assert_close(padded[1, :10], before[1, :10], rtol=0, atol=0)
 
 
 def test_masking_rates_match_p(bidirectional_model):
-    strategy = make_strategy(bidirectional_model)
+    objective = make_objective(bidirectional_model)
     n, length = 1500, 40
     batch = make_batch([(sid, length) for sid in range(n)])
-    prepared = strategy.prepare(batch, step=3)
+    prepared = objective.prepare(batch, step=3)
     supervised = batch.loss_mask
     assert not (prepared.masked & ~supervised).any()
     assert torch.equal(prepared.noisy_ids == MASK_ID, prepared.masked)
@@ -104,17 +106,17 @@ def test_masking_rates_match_p(bidirectional_model):
     assert float(p.min()) >= EPS and float(p.max()) <= 1.0
 
     # Deterministic per (seed, step, sample id): the same sample in another batch, padded differently.
-    alone = strategy.prepare(make_batch([(7, length), (n + 1, length + 9)]), step=3)
+    alone = objective.prepare(make_batch([(7, length), (n + 1, length + 9)]), step=3)
     assert torch.equal(alone.masked[0, :length], prepared.masked[7])
-    assert not torch.equal(strategy.prepare(batch, step=4).masked, prepared.masked)
+    assert not torch.equal(objective.prepare(batch, step=4).masked, prepared.masked)
 
 
 def test_gradients_do_not_depend_on_the_split(bidirectional_model):
-    strategy = make_strategy(bidirectional_model)
-    model = strategy.build(torch.device("cpu"))
-    one, loss_one = global_step_grads(strategy, model, [make_batch(ROWS)])
-    two, loss_two = global_step_grads(strategy, model, [make_batch(ROWS[:2]), make_batch(ROWS[2:])])
-    four, _ = global_step_grads(strategy, model, [make_batch([row]) for row in ROWS])
+    objective = make_objective(bidirectional_model)
+    model = load_model(objective)
+    one, loss_one = global_step_grads(objective, model, [make_batch(ROWS)])
+    two, loss_two = global_step_grads(objective, model, [make_batch(ROWS[:2]), make_batch(ROWS[2:])])
+    four, _ = global_step_grads(objective, model, [make_batch([row]) for row in ROWS])
     assert abs(loss_one - loss_two) < 1e-5
     for name, grad in one.items():
         torch.testing.assert_close(two[name], grad, rtol=1e-4, atol=1e-6, msg=name)
@@ -161,17 +163,17 @@ def test_same_gradients_on_two_ranks(tmp_path):
     lines = data.read_text().splitlines()  # different lengths, so micro-batches pad differently
     data.write_text("".join(line.replace('"go"', '"' + "go " * i + '"') + "\n" for i, line in enumerate(lines)))
 
-    def args(name, strategy, micro, accum):
+    def args(name, objective, micro, accum):
         return tiny_train_args(model, data, tmp_path / name, **{
-            "objective.name": strategy, "objective.mask_token_id": MASK_ID, "objective.masking": "block",
+            "objective.name": objective, "objective.mask_token_id": MASK_ID, "objective.masking": "block",
             "objective.mask_block_size": 8, "train.micro_batch_size": micro, "train.grad_accum_steps": accum})
 
-    strategies = ("mdlm", "hybrid")
+    objectives = ("mdlm", "hybrid")
     (tmp_path / "one").mkdir()
-    probe([(str(tmp_path / "one" / f"{s}.pt"), args(f"one-{s}", s, 4, 1)) for s in strategies])  # in process
-    one = {s: torch.load(tmp_path / "one" / f"{s}.pt") for s in strategies}
-    ranks = run_probe({s: args(f"ranks-{s}", s, 1, 2) for s in strategies}, tmp_path / "ranks", nproc=2)
-    for s in strategies:
+    probe([(str(tmp_path / "one" / f"{s}.pt"), args(f"one-{s}", s, 4, 1)) for s in objectives])  # in process
+    one = {s: torch.load(tmp_path / "one" / f"{s}.pt") for s in objectives}
+    ranks = run_probe({s: args(f"ranks-{s}", s, 1, 2) for s in objectives}, tmp_path / "ranks", nproc=2)
+    for s in objectives:
         assert float(one[s]["sums"]["masked"]) > 0
         for key in ("targets", "masked"):
             assert torch.equal(ranks[s]["sums"][key], one[s]["sums"][key]), (s, key)
@@ -186,25 +188,31 @@ def test_flop_count_matches_measured_matmuls(bidirectional_model, name):
     SDPA path is not counted there), forward and backward, LM head over every position."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    strategy = make_strategy(bidirectional_model, name)
-    model = strategy.build(torch.device("cpu"))
-    prepared = strategy.prepare(make_batch([(0, 16), (1, 16)]), step=0)  # no padding: every token is useful
+    objective = make_objective(bidirectional_model, name)
+    model = load_model(objective)
+    prepared = objective.prepare(make_batch([(0, 16), (1, 16)]), step=0)  # no padding: every token is useful
     with FlopCounterMode(display=False) as counter:
-        loss_sum, _ = strategy.loss(model, prepared)
+        loss_sum, _ = objective.loss(model, prepared)
         loss_sum.backward()
     measured = sum(n for op, n in counter.get_flop_counts()["Global"].items() if "mm" in str(op))
-    strategy.layer_flops.attention_layers = 0
-    expected = strategy.flops(prepared)
+    objective.layer_flops.attention_layers = 0
+    expected = objective.flops(prepared)
     assert abs(measured - expected) / measured < 0.01, (measured, expected)
 
 
+def export(objective, model, path: Path) -> Path:
+    """What the trainer exports after training `model`."""
+    target_config = load_target_config(objective.config.target.name_or_path)
+    return export_trained(objective.config, objective, target_config, model.state_dict(), path)
+
+
 def test_export_round_trips(bidirectional_model, tmp_path):
-    strategy = make_strategy(bidirectional_model)
-    model = strategy.build(torch.device("cpu"))
+    objective = make_objective(bidirectional_model)
+    model = load_model(objective)
     with torch.no_grad():
         for param in model.parameters():
             param.add_(0.01)
-    strategy.export(model.state_dict(), tmp_path / "export", recipe=None)
+    export(objective, model, tmp_path / "export")
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "export", dtype=torch.float32)
     trained = model.state_dict()
     for name, value in loaded.state_dict().items():
@@ -217,27 +225,54 @@ def test_export_round_trips(bidirectional_model, tmp_path):
 def test_export_of_a_causal_model_trained_bidirectionally(causal_model, tmp_path):
     """Plain transformers then runs it the way mdlm trained it; hybrid keeps the model's own attention."""
     for name, expected in (("mdlm", False), ("hybrid", True)):
-        strategy = make_strategy(causal_model, name, **{"objective.allow_causal_model": "true"})
-        model = strategy.build(torch.device("cpu"))
-        strategy.export(model.state_dict(), tmp_path / name, recipe=None)
+        objective = make_objective(causal_model, name, **{"objective.allow_causal_model": "true"})
+        model = load_model(objective)
+        export(objective, model, tmp_path / name)
         config = AutoModelForCausalLM.from_pretrained(tmp_path / name).config
         assert getattr(config, "is_causal", True) is expected, name
 
 
 def test_generation_unmasks_every_position(bidirectional_model):
-    from flashdraft.stages.dllm_evaluate import generate
+    from flashdraft.decoding.diffusion import generate
 
-    strategy = make_strategy(bidirectional_model)
-    model = strategy.build(torch.device("cpu")).eval()
+    objective = make_objective(bidirectional_model)
+    model = load_model(objective).eval()
     prompt = sample(0, 10)[0].tolist()
-    answer = generate(strategy, model, prompt, gen_length=6, steps=3)
+    answer = generate(objective, model, prompt, gen_length=6, steps=3)
     assert len(answer) == 6 and MASK_ID not in answer
-    assert generate(strategy, model, prompt, gen_length=6, steps=3) == answer  # greedy: deterministic
+    assert generate(objective, model, prompt, gen_length=6, steps=3) == answer  # greedy: deterministic
     # One position, one step: the argmax over the vocabulary without the mask token.
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([prompt + [MASK_ID]])).logits[0, -1]
     logits[MASK_ID] = -math.inf
-    assert generate(strategy, model, prompt, gen_length=1, steps=1) == [int(logits.argmax())]
+    assert generate(objective, model, prompt, gen_length=1, steps=1) == [int(logits.argmax())]
+
+
+def test_dllm_evaluate_scores_the_held_out_split_and_answers_prompts(bidirectional_model, tmp_path, capsys):
+    from flashdraft.stages import dllm_evaluate
+
+    data = alphabet_chats(tmp_path / "chats.jsonl", rows=6, length=16)
+    settings = [f"data.train={data}", "data.eval_samples=2", f"objective.mask_token_id={MASK_ID}"]
+    report_path = tmp_path / "report.json"
+    assert cli.main(["dllm-evaluate", "--model", str(bidirectional_model), "--output", str(report_path),
+                     "--num-samples", "1", "--gen-length", "4", "--steps", "2", *settings]) == 0
+    report = json.loads(report_path.read_text())
+    assert report["metrics"]["supervised_tokens"] > 0 and 0 <= report["metrics"]["masked_accuracy"] <= 1
+    assert report["generation"] == {"gen_length": 4, "steps": 2, "mask_token_id": MASK_ID}
+    (answer,) = report["samples"]
+    assert answer["prompt"].startswith("<|im_start|>user") and answer["completion_tokens"] <= 4
+    # The typed entry point (components call it): --prompt replaces the held-out prompts, same metrics.
+    typed = dllm_evaluate.run(load_config(None, settings, values={
+        "target.name_or_path": str(bidirectional_model), "evaluate.output": str(tmp_path / "typed.json"),
+        "evaluate.prompts": ["hi", "ho"], "evaluate.dllm_gen_length": 4, "evaluate.dllm_steps": 2}))
+    assert typed["metrics"] == report["metrics"] and len(typed["samples"]) == 2
+    assert "hi" in typed["samples"][0]["prompt"] and json.loads((tmp_path / "typed.json").read_text()) == typed
+
+    assert cli.main(["dllm-evaluate", "--model", str(tmp_path), "--output", str(tmp_path / "x.json")]) == 2
+    assert "is not a model folder" in capsys.readouterr().err
+    assert cli.main(["dllm-evaluate", "--model", str(bidirectional_model), "--output", str(tmp_path / "x.json"),
+                     f"data.train={data}", f"objective.mask_token_id={MASK_ID}"]) == 2
+    assert "needs a held-out split" in capsys.readouterr().err and not (tmp_path / "x.json").exists()
 
 
 REMOTE_CONFIG = """from transformers import LlamaConfig
@@ -292,15 +327,15 @@ def test_remote_code_diffusion_model_trains_and_exports(tmp_path):
 def test_missing_mask_token_is_a_clear_error(bidirectional_model):
     config = load_config(None, [f"target.name_or_path={bidirectional_model}", "objective.name=mdlm"])
     with pytest.raises(UserError, match=r"objective.mask_token_id.*156895"):
-        get_strategy("mdlm").plan(config, load_target_config(str(bidirectional_model)),
+        get_objective("mdlm").plan(config, load_target_config(str(bidirectional_model)),
                                   load_tokenizer(str(bidirectional_model)))
     with pytest.raises(UserError, match="outside the model's vocabulary"):
-        make_strategy(bidirectional_model, **{"objective.mask_token_id": 10_000})
+        make_objective(bidirectional_model, **{"objective.mask_token_id": 10_000})
 
 
 def test_causal_model_needs_the_override(causal_model, tmp_path, capsys):
     with pytest.raises(UserError, match="bidirectional.*allow_causal_model=true"):
-        make_strategy(causal_model, **{"objective.mask_token_id": MASK_ID})
+        make_objective(causal_model, **{"objective.mask_token_id": MASK_ID})
     # Through the command line: exit 2, one line naming the fix, nothing written.
     data = alphabet_chats(tmp_path / "chats.jsonl", rows=4)
     out = tmp_path / "out"

@@ -1,14 +1,11 @@
-"""Imports point one way (architecture.md); kfp and mlflow stay in the modules allowed to use them.
+"""Imports point one way (docs/architecture.md), with no exemptions:
 
-Layers, low to high: base (errors, config) < model < target / data / strategies < train / spec <
-registry / launch < commands and cli. A module may import its own layer or lower ones, anywhere in its
-body (imports inside functions count too). Two refinements of the picture in architecture.md:
-- command modules (those `cli.COMMANDS` names) and top-level modules not in the table are entry points:
-  they sit at the cli layer, so nothing below may import them. model/draft_init.py is the exception: it
-  is also the library's draft builder (the trainer builds fresh drafts with it), reading the target's
-  config, so it sits with target/data/strategies;
-- tracking.py is the one logging sink every layer writes through (the trainer logs its metrics), so any
-  layer may import it, and it may import only the base.
+    base (errors, config, files) < model < target / data / objectives < train / decoding
+    < tracking / launch < stages < cli
+
+A module may import its own layer or lower ones, anywhere in its body (imports inside functions count
+too). mlflow is imported only in tracking/, kubernetes only in launch/, and kfp only by the Kubeflow edge
+(stages/run.py and stages/submit.py), inside functions, so the library imports without it.
 """
 
 from __future__ import annotations
@@ -16,45 +13,45 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from flashdraft.cli import COMMANDS
-
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "flashdraft"
 
-BASE, MODEL, INPUTS, CORE, SERVICES, ENTRY = range(6)
-LAYER_OF_PACKAGE = {
-    "__init__": BASE, "errors": BASE, "config": BASE, "tracking": BASE,
-    "model": MODEL,
-    "target": INPUTS, "target_cache": INPUTS, "data": INPUTS, "strategies": INPUTS,
-    "train": CORE, "spec": CORE,
-    "registry": SERVICES, "launch": SERVICES, "train_launch": SERVICES,
-    "cli": ENTRY, "orchestrate": ENTRY, "promote": ENTRY,
+LAYERS = [
+    {"__init__", "errors", "config", "files"},
+    {"model"},
+    {"target", "data", "objectives"},
+    {"train", "decoding"},
+    {"tracking", "launch"},
+    {"stages"},
+    {"cli"},
+]
+LAYER_OF = {name: index for index, names in enumerate(LAYERS) for name in names}
+ONLY_IN = {  # third-party package -> the modules allowed to import it
+    "mlflow": lambda module: module.split(".")[:2] == ["flashdraft", "tracking"],
+    "kubernetes": lambda module: module.split(".")[:2] == ["flashdraft", "launch"],
+    "kfp": lambda module: module in ("flashdraft.stages.run", "flashdraft.stages.submit"),
 }
-LAYER_OF_MODULE = {"flashdraft.stages.draft_init": INPUTS}
-COMMAND_MODULES = {module for module, _ in COMMANDS.values()}
-KFP_ALLOWED = {"flashdraft.stages.run"}
-MLFLOW_ALLOWED = {"flashdraft.tracking", "flashdraft.tracking.registry"}
 
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
-    if parts[-1] == "__init__":
+    if parts[-1] == "__init__" and len(parts) > 1:
         parts = parts[:-1]
     return ".".join(parts)
 
 
-def imported_modules(path: Path) -> set[str]:
+def imported_modules(path: Path, top_level_only: bool = False) -> set[str]:
     tree = ast.parse(path.read_text(), str(path))
     names = set()
-    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
-    for node in ast.walk(tree):
+    nodes = tree.body if top_level_only else ast.walk(tree)
+    for node in nodes:
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:  # relative import
+                package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                prefix = ".".join(base)
-                module = f"{prefix}.{node.module}" if node.module else prefix
+                module = ".".join(base + ([node.module] if node.module else []))
             else:
                 module = node.module
             names.add(module)
@@ -64,16 +61,13 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def layer(module: str) -> int | None:
-    if module in LAYER_OF_MODULE:
-        return LAYER_OF_MODULE[module]
-    if module in COMMAND_MODULES:
-        return ENTRY
     parts = module.split(".")
     if parts[0] != "flashdraft":
         return None
     if len(parts) == 1:
-        return BASE
-    return LAYER_OF_PACKAGE.get(parts[1], ENTRY)
+        return 0
+    assert parts[1] in LAYER_OF, f"{module} belongs to no layer: add it to LAYERS (and docs/architecture.md)"
+    return LAYER_OF[parts[1]]
 
 
 def library_modules():
@@ -81,73 +75,48 @@ def library_modules():
         yield module_name(path), path
 
 
-def test_imports_point_down_the_layers():
-    violations = []
-    for name, path in library_modules():
+def violations(modules) -> list[str]:
+    found = []
+    for name, path in modules:
         own = layer(name)
         for imported in imported_modules(path):
             other = layer(imported)
-            if imported == "flashdraft":
-                continue
-            if other is not None and other > own:
-                violations.append(f"{name} (layer {own}) imports {imported} (layer {other})")
-    assert not violations, "\n".join(violations)
+            if other is not None and imported != "flashdraft" and other > own:
+                found.append(f"{name} (layer {own}) imports {imported} (layer {other})")
+            root = imported.split(".")[0]
+            if root in ONLY_IN and not ONLY_IN[root](name):
+                found.append(f"{name} imports {root}")
+        if "kfp" in {m.split(".")[0] for m in imported_modules(path, top_level_only=True)}:
+            found.append(f"{name} imports kfp at module level")
+    return found
 
 
-def test_only_orchestrate_imports_kfp_and_only_tracking_registry_import_mlflow():
-    offenders = []
-    for name, path in library_modules():
-        roots = {imported.split(".")[0] for imported in imported_modules(path)}
-        if "kfp" in roots and name not in KFP_ALLOWED:
-            offenders.append(f"{name} imports kfp")
-        if "mlflow" in roots and name not in MLFLOW_ALLOWED:
-            offenders.append(f"{name} imports mlflow")
-    assert not offenders, "\n".join(offenders)
+def test_imports_point_down_the_layers_and_third_party_packages_stay_in_their_place():
+    assert violations(library_modules()) == []
 
 
-def test_orchestrate_imports_kfp_only_inside_functions():
-    tree = ast.parse((SRC / "orchestrate.py").read_text())
-    top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-    names = {a.name for n in top if isinstance(n, ast.Import) for a in n.names}
-    names |= {n.module for n in top if isinstance(n, ast.ImportFrom)}
-    assert not any(n.split(".")[0] == "kfp" for n in names)
-
-
-def top_level_imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
-    out = set()
-    for node in tree.body:
-        if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            out.add(node.module)
-    return out
+def test_the_walker_sees_each_kind_of_violation(tmp_path):
+    # The rules are only as good as the walker: a probe that breaks each must be caught.
+    probe = SRC / "model" / "_layering_probe.py"
+    probe.write_text("import kfp\n\ndef f():\n    from flashdraft.tracking import registry\n    import mlflow\n"
+                     "    import kubernetes.client\n")
+    try:
+        found = violations([(module_name(probe), probe)])
+    finally:
+        probe.unlink()
+    assert sorted(found) == [
+        "flashdraft.model._layering_probe (layer 1) imports flashdraft.tracking (layer 4)",
+        "flashdraft.model._layering_probe imports kfp",
+        "flashdraft.model._layering_probe imports kfp at module level",
+        "flashdraft.model._layering_probe imports kubernetes",
+        "flashdraft.model._layering_probe imports mlflow",
+    ]
 
 
 def test_components_import_flashdraft_only_inside_their_bodies_and_pipelines_only_components():
     components = sorted((ROOT / "components").glob("*/component.py"))
     assert len(components) >= 5
     for path in components:
-        assert not any(m.split(".")[0] == "flashdraft" for m in top_level_imports(path)), path
+        assert not any(m.split(".")[0] == "flashdraft" for m in imported_modules(path, top_level_only=True)), path
     for path in sorted((ROOT / "pipelines").glob("*.py")):
-        imported = {m for node in ast.walk(ast.parse(path.read_text())) for m in _names(node)}
-        assert not any(m.split(".")[0] == "flashdraft" for m in imported), f"{path} imports flashdraft"
-
-
-def _names(node):
-    if isinstance(node, ast.Import):
-        return [a.name for a in node.names]
-    if isinstance(node, ast.ImportFrom) and node.module:
-        return [node.module]
-    return []
-
-
-def test_the_walker_sees_a_violation(tmp_path):
-    # The rule is only as good as the walker: a low-layer file importing upward must be caught.
-    fake = SRC / "model" / "_layering_probe.py"
-    fake.write_text("def f():\n    from flashdraft import registry\n    import mlflow\n")
-    try:
-        assert "flashdraft.tracking.registry" in imported_modules(fake)
-        assert layer(module_name(fake)) == MODEL < layer("flashdraft.tracking.registry")
-    finally:
-        fake.unlink()
+        assert not any(m.split(".")[0] == "flashdraft" for m in imported_modules(path)), f"{path} imports flashdraft"

@@ -1,4 +1,5 @@
-"""`flashdraft draft-init`: recipes, the mask-token choice, and clear errors on bad input."""
+"""`flashdraft draft-init`: flags and recipes, the typed `run`, the mask-token choice, and clear errors on bad
+input."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from transformers import NemotronHConfig, ViTConfig
 from flashdraft.cli import main
 from flashdraft.config import load_config
 from flashdraft.errors import UserError
-from flashdraft.stages.draft_init import build_draft_config
+from flashdraft.model import DFlashDraftModel
+from flashdraft.model.build import build_draft_config
 from flashdraft.model.mask_token import resolve_mask_token
+from flashdraft.stages import draft_init
 from tiny_models import tiny_tokenizer
 
 
@@ -71,13 +74,32 @@ def test_output_is_replaced_atomically(capsys, tiny_target, tmp_path):
     assert "mask token id | 260" in card and "target layer ids | [3]" in card
 
 
+def test_run_returns_the_draft_and_flags_equal_config_keys(capsys, tiny_target, tmp_path):
+    """`run(config)` is what components call; the flags (and --recipe for --config) are spellings of keys."""
+    target = tiny_target("qwen3")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("draft: {num_layers: 1, block_size: 4, target_layer_ids: [1, 3]}\n")
+    result = draft_init.run(load_config(str(recipe), values={
+        "target.name_or_path": str(target), "draft.output_dir": str(tmp_path / "typed"), "draft.num_layers": 2}))
+    assert result.path == tmp_path / "typed"
+    assert result.config == json.loads((result.path / "config.json").read_text())
+    loaded = DFlashDraftModel.from_pretrained(result.path)
+    assert result.num_parameters == sum(p.numel() for p in loaded.parameters())
+    assert loaded.config.num_hidden_layers == 2 and loaded.target_layer_ids == [1, 3]
+    assert _init(capsys, target, tmp_path / "flags", "--recipe", str(recipe), "--num-layers", "2")[0] == 0
+    assert _init(capsys, target, tmp_path / "keys", "--config", str(recipe), "draft.num_layers=2")[0] == 0
+    weights = {name: (tmp_path / name / "model.safetensors").read_bytes() for name in ("typed", "flags", "keys")}
+    assert weights["typed"] == weights["flags"] == weights["keys"]
+    assert f"recipe | {recipe}" in (tmp_path / "flags" / "README.md").read_text()
+
 
 def test_the_command_logs_a_draft_init_run_nested_under_the_pipeline_run(capsys, tiny_target, tmp_path,
                                                                           monkeypatch):
     pytest.importorskip("mlflow")
     from mlflow import MlflowClient
 
-    from flashdraft.tracking.runs import PARENT_RUN_ENV, start_pipeline_run
+    from flashdraft.tracking.pipeline_run import start_pipeline_run
+    from flashdraft.tracking.runs import PARENT_RUN_ENV
 
     monkeypatch.chdir(tmp_path)  # the sqlite store keeps its artifacts in ./mlruns
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -96,11 +118,13 @@ def test_the_command_logs_a_draft_init_run_nested_under_the_pipeline_run(capsys,
         ("draft-init", "FAILED"), ("draft-init", "FINISHED")]
     (finished,) = [r for r in runs if r.info.status == "FINISHED"]
     params = finished.data.params
-    assert params["target"] == str(tiny_target("qwen3")) and params["seed"] == "0"
-    assert params["draft.num_hidden_layers"] == "1" and params["draft.dflash_config.target_layer_ids"] == "[3]"
-    assert params["draft.dflash_config.mask_token_id"] == "260"
+    assert params["target.name_or_path"] == str(tiny_target("qwen3")) and params["draft.seed"] == "0"
+    assert params["draft_config.num_hidden_layers"] == "1"
+    assert params["draft_config.dflash_config.target_layer_ids"] == "[3]"
+    assert params["draft_config.dflash_config.mask_token_id"] == "260"
     card = Path(client.download_artifacts(finished.info.run_id, "README.md", str(tmp_path)))
     assert card.read_text() == (out / "README.md").read_text()
+
 
 def test_nemotron_recipe_reproduces_the_reference_config(tmp_path):
     """Reference section 6, from a stand-in target config (52 layers, hidden 2688); no download."""

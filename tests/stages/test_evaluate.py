@@ -9,14 +9,21 @@ import pytest
 import torch
 
 from flashdraft.cli import main
-from flashdraft.errors import UserError
+from flashdraft.config import EvaluateConfig, TargetConfig, load_config
 from flashdraft.decoding.benchmarks import load_benchmark
-from flashdraft.stages.evaluate import evaluate
+from flashdraft.decoding.evaluate import evaluate
+from flashdraft.errors import UserError
 
 
 @pytest.fixture(autouse=True)
 def _one_thread():
     torch.set_num_threads(1)
+
+
+def run_evaluate(draft, target, output, **fields) -> dict:
+    """The library on a draft folder and a target; `fields` are EvaluateConfig fields."""
+    return evaluate(TargetConfig(name_or_path=str(target)),
+                    EvaluateConfig(draft=str(draft), output=str(output), **fields))
 
 
 @pytest.fixture(scope="module")
@@ -69,12 +76,17 @@ def test_cli_writes_a_lossless_report_with_plots(tiny_target, drafts, prompts_fi
             assert lookup["tokens_per_second"] > 0 and lookup["tau_pooled"] >= 1.0
     assert (out.parent / "report_acceptance_histogram.png").stat().st_size > 0
     assert (out.parent / "report_slot_acceptance.png").stat().st_size > 0
+    assert report["plots"] == ["report_acceptance_histogram.png", "report_slot_acceptance.png"]
+    # the resolved config it ran with: flags land in their config keys
+    assert report["config"]["evaluate"]["num_prompts"] == 2 and report["config"]["evaluate"]["benchmarks"] == [
+        "gsm8k", str(prompts_file)]
+    assert report["config"]["target"]["name_or_path"] == str(tiny_target(model_type))
 
 
 def test_sampled_evaluation_reports_no_lossless_check(tiny_target, drafts, prompts_file, tmp_path):
-    report = evaluate(draft=drafts("qwen3"), target=str(tiny_target("qwen3")), benches=[str(prompts_file)],
-                      output=tmp_path / "r.json", max_new_tokens=8, temperature=0.8, top_k=20,
-                      baseline_prompt_lookup=False)
+    report = run_evaluate(drafts("qwen3"), tiny_target("qwen3"), tmp_path / "r.json",
+                          benchmarks=[str(prompts_file)], max_new_tokens=8, temperature=0.8, top_k=20,
+                          prompt_lookup=False)
     result = report["benchmarks"]["mine"]
     assert result["lossless"] is None and "prompt_lookup" not in result
     assert result["speculative"]["new_tokens"] > 0
@@ -83,15 +95,21 @@ def test_sampled_evaluation_reports_no_lossless_check(tiny_target, drafts, promp
 def test_logs_to_mlflow_when_tracking_is_on(tiny_target, drafts, prompts_file, tmp_path):
     import mlflow
 
+    from flashdraft.stages import evaluate as stage
+
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    evaluate(draft=drafts("qwen3"), target=str(tiny_target("qwen3")), benches=[str(prompts_file)],
-             output=tmp_path / "r.json", max_new_tokens=6, baseline_prompt_lookup=False, tracking_uri=uri)
+    stage.run(load_config(values={
+        "evaluate.draft": str(drafts("qwen3")), "target.name_or_path": str(tiny_target("qwen3")),
+        "evaluate.benchmarks": [str(prompts_file)], "evaluate.output": str(tmp_path / "r.json"),
+        "evaluate.max_new_tokens": 6, "evaluate.prompt_lookup": False, "tracking.uri": uri,
+    }))
     mlflow.set_tracking_uri(uri)
     runs = mlflow.search_runs(experiment_names=["flashdraft"], output_format="list")
     assert len(runs) == 1
     run = runs[0]
     assert run.data.tags["flashdraft.step"] == "evaluate"
     assert run.data.metrics["mine.lossless"] == 1.0 and "mine.tau_pooled" in run.data.metrics
+    assert run.data.params["evaluate.max_new_tokens"] == "6" and run.data.params["block_size"] == "4"
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
     assert {"r.json", "r_acceptance_histogram.png", "r_slot_acceptance.png"} <= artifacts
 
@@ -118,7 +136,7 @@ def _edit_config(draft_dir, tmp_path, **changes):
 def test_draft_that_does_not_fit_the_target_is_refused(tiny_target, drafts, tmp_path, change, match):
     draft = _edit_config(drafts("qwen3"), tmp_path, **change)
     with pytest.raises(UserError, match=match):
-        evaluate(draft=draft, target=str(tiny_target("qwen3")), benches=["gsm8k"], output=tmp_path / "r.json")
+        run_evaluate(draft, tiny_target("qwen3"), tmp_path / "r.json", benchmarks=["gsm8k"])
     assert not (tmp_path / "r.json").exists()
 
 
@@ -143,7 +161,7 @@ def test_bad_benchmarks_and_budgets_are_clear_errors(tiny_target, drafts, tmp_pa
     args = ["evaluate", "--draft", str(drafts("qwen3")), "--target", str(tiny_target("qwen3")),
             "--output", str(tmp_path / "r.json")]
     assert main([*args, "--bench", "gsm8k", "--max-new-tokens", "0"]) == 2
-    assert "max-new-tokens must be > 0" in capsys.readouterr().err
+    assert "evaluate.max_new_tokens must be >= 1" in capsys.readouterr().err
     assert main([*args, "--bench", str(broken)]) == 2
     assert "not JSON" in capsys.readouterr().err
     assert not (tmp_path / "r.json").exists()
@@ -163,7 +181,7 @@ def test_hybrid_on_transformers_that_hides_the_mixer_cache_is_refused_before_loa
     """transformers 5.15 hides the Mamba mixers' signature; simulated here by the same kind of wrapper."""
     from transformers.models.nemotron_h import modeling_nemotron_h
 
-    import flashdraft.stages.evaluate as evaluate_module
+    import flashdraft.decoding.evaluate as evaluate_module
 
     mixer = modeling_nemotron_h.NemotronHMamba2Mixer
     original = mixer.forward
@@ -174,15 +192,14 @@ def test_hybrid_on_transformers_that_hides_the_mixer_cache_is_refused_before_loa
 
     monkeypatch.setattr(evaluate_module.FrozenTarget, "load", no_loading)
     with pytest.raises(UserError, match=r'NemotronHMamba2Mixer.*pip install -U "transformers>=5.24"'):
-        evaluate(draft=drafts("nemotron_h"), target=str(tiny_target("nemotron_h")), benches=["gsm8k"],
-                 output=tmp_path / "r.json")
+        run_evaluate(drafts("nemotron_h"), tiny_target("nemotron_h"), tmp_path / "r.json", benchmarks=["gsm8k"])
     assert not (tmp_path / "r.json").exists()
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed here")
 def test_vllm_measurement_without_vllm_is_refused_before_loading(tiny_target, drafts, prompts_file, tmp_path,
                                                                  capsys, monkeypatch):
-    from flashdraft.stages import evaluate as evaluate_module
+    from flashdraft.decoding import evaluate as evaluate_module
 
     def no_loading(*args, **kwargs):
         raise AssertionError("weights were loaded before the --vllm check")

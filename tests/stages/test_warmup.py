@@ -12,16 +12,25 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import GenerationConfig
-
-from flashdraft.cli import main
-from flashdraft.data import regenerate as regen
-from flashdraft.data.sources import load_chat_dataset
-from flashdraft.errors import UserError
-from flashdraft.stages.warmup import run_warmup
+import yaml
 from tiny_models import save_tiny_target, tiny_tokenizer
 
-FAST = {"backend": "transformers", "max_new_tokens": 8}
+from flashdraft.cli import main
+from flashdraft.config import TargetConfig, WarmupConfig
+from flashdraft.data import regenerate as regen
+from flashdraft.data.generation import Completion, StaticGenerator
+from flashdraft.data.sampling import Sampling
+from flashdraft.data.sources import load_chat_dataset
+from flashdraft.data.warmup import run_warmup
+from flashdraft.errors import UserError
+
+FAST = {"backend": "static", "max_new_tokens": 8}
+
+
+def warmup(target, prompts: str, output: Path, **fields):
+    """`run_warmup` on one prompt spec; `fields` are WarmupConfig fields."""
+    return run_warmup(TargetConfig(name_or_path=str(target)),
+                      WarmupConfig(prompts=[prompts], output_dir=str(output), **fields))
 
 
 @pytest.fixture(autouse=True)
@@ -46,12 +55,12 @@ def test_kill_and_rerun_gives_the_uninterrupted_dataset(tiny_target, tmp_path):
     target = str(tiny_target("qwen3"))
     prompts = _prompts(tmp_path / "prompts.jsonl", 48)
     args = ["--target", target, "--prompts", prompts, "--max-new-tokens", "24", "--batch-size", "2",
-            "--backend", "transformers", "--seed", "3"]
+            "--backend", "static", "--turns", "all", "--seed", "3"]
     out = tmp_path / "killed"
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     proc = subprocess.Popen([sys.executable, "-m", "flashdraft.cli", "warmup", *args, "--output", str(out)],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    log_file = out / ".partial" / regen.COMPLETED_NAME
+    log_file = regen.completed_path(out / ".partial", 0)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
         if log_file.exists() and log_file.read_bytes().count(b"\n") >= 3:
@@ -83,35 +92,27 @@ def test_kill_and_rerun_gives_the_uninterrupted_dataset(tiny_target, tmp_path):
 
 def test_finished_output_is_reused_and_other_settings_refused(tiny_target, tmp_path):
     prompts = _prompts(tmp_path / "p.jsonl", 3)
-    first = run_warmup(str(tiny_target("llama")), prompts, tmp_path / "out", **FAST)
+    first = warmup(tiny_target("llama"), prompts, tmp_path / "out", **FAST)
     before = first.dataset.stat().st_mtime_ns
-    again = run_warmup(str(tiny_target("llama")), prompts, tmp_path / "out", **FAST)
+    again = warmup(tiny_target("llama"), prompts, tmp_path / "out", **FAST)
     assert again.dataset.stat().st_mtime_ns == before and again.stats == first.stats
     with pytest.raises(UserError, match="finished warmup with other settings"):
-        run_warmup(str(tiny_target("llama")), prompts, tmp_path / "out", backend="transformers", max_new_tokens=9)
+        warmup(tiny_target("llama"), prompts, tmp_path / "out", backend="static", max_new_tokens=9)
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["dataset"] == "train.jsonl" and Path(manifest["target_path"]) == tiny_target("llama").resolve()
     assert set(os.listdir(tmp_path / "out")) == {"manifest.json", "summary.json", "stats.json", "train.jsonl",
                                                   "chat_template.jinja"}
+    assert first.revision is None and first.target_path == tiny_target("llama").resolve()  # a folder target
 
 
 def test_parquet_output_and_recurrent_target(tiny_target, tmp_path):
-    result = run_warmup(str(tiny_target("nemotron_h")), _prompts(tmp_path / "p.jsonl", 2), tmp_path / "out",
-                        format="parquet", **FAST)
+    result = warmup(tiny_target("nemotron_h"), _prompts(tmp_path / "p.jsonl", 2), tmp_path / "out",
+                    format="parquet", **FAST)
     assert result.dataset.name == "train.parquet"
     rows = load_chat_dataset(str(result.dataset))
     assert len(rows) == 2 and rows[0]["messages"][-1]["role"] == "assistant"
     assert result.summary["model_type"] == "nemotron_h"
     assert result.summary["recurrent"]["recurrent_layers"] == 2  # the tiny pattern's two mamba layers
-
-
-def test_sampling_follows_the_generation_config_unless_given():
-    sampled = GenerationConfig(do_sample=True, temperature=0.6, top_p=0.95, top_k=20)
-    assert regen.target_sampling(sampled, 64) == regen.Sampling(64, 0.6, 0.95, 20)
-    assert regen.target_sampling(sampled, 64, temperature=0.0).greedy
-    assert regen.target_sampling(GenerationConfig(), 64) == regen.Sampling(64)
-    with pytest.raises(UserError, match="bad sampling"):
-        regen.target_sampling(GenerationConfig(), 64, top_p=0)
 
 
 def test_turn_groups_follow_the_original_turns():
@@ -124,7 +125,7 @@ def test_turn_groups_follow_the_original_turns():
 
 def test_sampled_generation_is_seeded(tiny_target, tmp_path):
     prompts = _prompts(tmp_path / "p.jsonl", 4)
-    runs = [run_warmup(str(tiny_target("llama")), prompts, tmp_path / name, temperature=1.0, seed=seed, **FAST)
+    runs = [warmup(tiny_target("llama"), prompts, tmp_path / name, temperature=1.0, seed=seed, **FAST)
             for name, seed in [("a", 1), ("b", 1), ("c", 2)]]
     texts = [r.dataset.read_text() for r in runs]
     assert texts[0] == texts[1] != texts[2]
@@ -140,8 +141,8 @@ def test_target_without_chat_template(tmp_path, capsys):
     tiny_tokenizer(chat_template=None).save_pretrained(target)
     (target / "chat_template.jinja").unlink(missing_ok=True)
     prompts = _prompts(tmp_path / "p.jsonl", 2)
-    argv = ["warmup", "--target", str(target), "--prompts", prompts, "--output", str(tmp_path / "out"),
-            "--max-new-tokens", "4", "--backend", "transformers"]
+    argv = ["warmup", "warmup.backend=static", "--target", str(target), "--prompts", prompts,
+            "--output", str(tmp_path / "out"), "--max-new-tokens", "4"]
     err = _cli_error(capsys, argv)
     assert "has no chat template" in err and "--chat-template FILE" in err
     assert not (tmp_path / "out").exists()
@@ -150,6 +151,9 @@ def test_target_without_chat_template(tmp_path, capsys):
                         "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
     assert main([*argv, "--chat-template", str(template)]) == 0
     assert (tmp_path / "out" / "chat_template.jinja").read_text() == template.read_text()
+    resolved = yaml.safe_load((tmp_path / "out" / "config.yaml").read_text())  # the config it ran with
+    assert resolved["target"]["chat_template"] == str(template) and resolved["warmup"]["max_new_tokens"] == 4
+    assert resolved["warmup"]["backend"] == "static"
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["chat_template"]["origin"] == str(template)
 
@@ -157,7 +161,7 @@ def test_target_without_chat_template(tmp_path, capsys):
 @pytest.mark.parametrize("content, needle", [
     ("", "is empty"),
     ('{"messages": [{"role": "user", "content": "hi"}]}\n{"messages": [oops\n', "line 2 is not valid JSON"),
-    ('{"text": "no chat"}\n', "no chat in this row"),
+    ('{"text": "no chat"}\n', "no conversation format fits the columns text"),
 ])
 def test_bad_prompt_files(tiny_target, tmp_path, capsys, content, needle):
     prompts = tmp_path / "prompts.jsonl"
@@ -170,24 +174,24 @@ def test_bad_prompt_files(tiny_target, tmp_path, capsys, content, needle):
 
 def test_bad_options_leave_nothing(tiny_target, tmp_path, capsys):
     target, prompts, out = str(tiny_target("llama")), _prompts(tmp_path / "p.jsonl", 2), tmp_path / "out"
-    with pytest.raises(UserError, match="unknown backend 'tensorrt'; choose one of auto, transformers, vllm"):
-        run_warmup(target, prompts, out, backend="tensorrt")
+    with pytest.raises(UserError, match="warmup.backend must be one of auto, static, continuous, vllm, got 'tensorrt'"):
+        warmup(target, prompts, out, backend="tensorrt")
     with pytest.raises(SystemExit):
         main(["warmup", "--target", target, "--prompts", prompts, "--output", str(out), "--backend", "tensorrt"])
     assert "invalid choice: 'tensorrt'" in capsys.readouterr().err
     with pytest.raises(UserError, match="no `enable_thinking` switch"):
-        run_warmup(target, prompts, out, thinking=True, **FAST)
+        warmup(target, prompts, out, thinking=True, **FAST)
     with pytest.raises(UserError, match="needs vLLM"):
-        run_warmup(target, prompts, out, backend="vllm")
+        warmup(target, prompts, out, backend="vllm")
     assert not out.exists()
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "thesis.tex").write_text("precious")
     with pytest.raises(UserError, match="not empty and holds no warmup"):
-        run_warmup(target, prompts, tmp_path / "busy", **FAST)
+        warmup(target, prompts, tmp_path / "busy", **FAST)
     assert os.listdir(tmp_path / "busy") == ["thesis.tex"]
     mismatched = save_tiny_target(tmp_path / "mismatched", "llama", vocab_size=200)  # tokenizer: 260
     with pytest.raises(UserError, match="260 tokens but the model only 200 embedding rows"):
-        run_warmup(str(mismatched), prompts, out, **FAST)
+        warmup(mismatched, prompts, out, **FAST)
     assert not out.exists()
 
 
@@ -212,10 +216,13 @@ def test_left_padded_batches_equal_one_prompt_at_a_time(tiny_target, model_type)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     render = regen.Renderer(AutoTokenizer.from_pretrained(path))
     prompts = [render([{"role": "user", "content": "x" * n}]) for n in (3, 40, 17)]
-    generator = regen.TransformersGenerator(model, stop_ids=[2], pad_id=0)
-    sampling = regen.Sampling(20)
-    batched = generator.generate(prompts, sampling, [0])
-    assert batched == [generator.generate([p], sampling, [0])[0] for p in prompts]
+    generator = StaticGenerator(model, stop_ids=[2], pad_id=0)
+    batched = generator.generate(prompts, Sampling(), [20, 20, 20], [0])
+    assert batched == [generator.generate([p], Sampling(), [20], [0])[0] for p in prompts]
+    # a shorter limit on one prompt cuts its answer there and leaves the others as they were
+    limited = generator.generate(prompts, Sampling(), [20, 5, 20], [0])
+    assert limited[1] == generator.generate([prompts[1]], Sampling(), [5], [0])[0]
+    assert len(limited[1].token_ids) <= 5 and [limited[0], limited[2]] == [batched[0], batched[2]]
     assert len({len(p) for p in prompts}) == 3 and any(c.token_ids for c in batched)
 
 
@@ -228,7 +235,7 @@ def test_turns_past_the_context_are_not_generated(tiny_target, tmp_path):
         [{"role": "user", "content": "short"}, {"role": "assistant", "content": "a"},
          {"role": "user", "content": long}],
     ]))
-    result = run_warmup(str(tiny_target("qwen3")), str(prompts), tmp_path / "out", **FAST)
+    result = warmup(tiny_target("qwen3"), str(prompts), tmp_path / "out", **FAST)
     rows = [json.loads(line) for line in result.dataset.read_text().splitlines()]
     assert [r["id"] for r in rows] == ["p.jsonl:0", "p.jsonl:2"]
     assert [m["role"] for m in rows[1]["messages"]] == ["user", "assistant"]  # ended before the long turn
@@ -238,12 +245,16 @@ def test_turns_past_the_context_are_not_generated(tiny_target, tmp_path):
     two_turns.write_text(json.dumps({"messages": [{"role": "user", "content": "short"},
                                                   {"role": "assistant", "content": "a"},
                                                   {"role": "user", "content": "more"}]}) + "\n")
-    turns = [len(json.loads(run_warmup(str(tiny_target("qwen3")), str(two_turns), tmp_path / f"cap{cap}",
+    turns = [len(json.loads(warmup(tiny_target("qwen3"), str(two_turns), tmp_path / f"cap{cap}", turns="all",
                                        max_length=cap, **FAST).dataset.read_text())["turns"]) for cap in (None, 40)]
     assert turns == [2, 1]
-    with pytest.raises(UserError, match="no prompt fits"):
-        run_warmup(str(tiny_target("qwen3")), str(prompts), tmp_path / "out2", backend="transformers",
-                   max_new_tokens=600)
+    # A limit past the context does not skip a prompt: its answer stops at the context.
+    capped = warmup(tiny_target("qwen3"), str(two_turns), tmp_path / "capped", backend="static", max_new_tokens=600,
+                    max_length=60)
+    (row,) = [json.loads(line) for line in capped.dataset.read_text().splitlines()]
+    assert row["prompt_tokens"] + row["completion_tokens"] <= 60
+    with pytest.raises(UserError, match="no prompt leaves room for an answer"):
+        warmup(tiny_target("qwen3"), str(prompts), tmp_path / "out2", backend="static", max_length=8)
     assert not (tmp_path / "out2").exists()
 
 
@@ -262,7 +273,7 @@ def test_thinking_switch_reaches_the_chat_template(tmp_path):
     rendered = {mode: tokenizer.decode(regen.Renderer(tokenizer, mode)(chat)) for mode in (None, True, False)}
     assert "<think>" in rendered[False] and "<think>" not in rendered[True] and rendered[None] == rendered[True]
     prompts = _prompts(tmp_path / "p.jsonl", 2)
-    result = run_warmup(str(target), prompts, tmp_path / "out", thinking=False, **FAST)
+    result = warmup(target, prompts, tmp_path / "out", thinking=False, **FAST)
     assert result.summary["chat_template"]["supports_thinking"] and result.manifest["settings"]["thinking"] is False
     assert len(load_chat_dataset(str(result.dataset))) == 2
 
@@ -281,17 +292,17 @@ def test_batches_hold_prompts_of_similar_length_and_the_dataset_keeps_prompt_ord
                             {"role": "assistant", "content": "old"}, {"role": "user", "content": "again"}]
 
     class LastTokens:  # the answer depends on the prompt alone: any mix-up of rows shows
-        def generate(self, prompts, sampling, seeds):
-            return [regen.Completion(list(p[-4:]), "stop") for p in prompts]
+        def generate(self, prompts, sampling, limits, seeds):
+            return [Completion(list(p[-4:]), "stop") for p in prompts]
 
     def run(work: Path) -> str:
-        regen.regenerate(rows, tokenizer=tokenizer, generator=LastTokens(), sampling=regen.Sampling(8),
+        regen.regenerate(rows, tokenizer=tokenizer, generator=LastTokens(), sampling=Sampling(), max_new_tokens=8,
                          work_dir=work, batch_size=3)
-        regen.assemble(work, work / "train.jsonl", [r["id"] for r in rows], regen.Sampling(8))
+        regen.assemble(work, work / "train.jsonl", [r["id"] for r in rows])
         return (work / "train.jsonl").read_text()
 
     straight = run(tmp_path / "straight")
-    log = [json.loads(line) for line in (tmp_path / "straight" / regen.COMPLETED_NAME).read_text().splitlines()]
+    log = [json.loads(line) for line in regen.completed_path(tmp_path / "straight", 0).read_text().splitlines()]
     assert [set(r["indices"]) for r in log] == [{0, 2, 3}, {1, 4, 5}, {6, 9, 11}, {7, 8, 10}]
     out = [json.loads(line) for line in straight.splitlines()]
     assert [r["id"] for r in out] == [r["id"] for r in rows]
@@ -303,6 +314,6 @@ def test_batches_hold_prompts_of_similar_length_and_the_dataset_keeps_prompt_ord
 
     resumed = tmp_path / "resumed"
     resumed.mkdir()
-    kept = (tmp_path / "straight" / regen.COMPLETED_NAME).read_text().splitlines(keepends=True)[:3]
-    (resumed / regen.COMPLETED_NAME).write_text("".join(kept))
+    kept = regen.completed_path(tmp_path / "straight", 0).read_text().splitlines(keepends=True)[:3]
+    regen.completed_path(resumed, 0).write_text("".join(kept))
     assert run(resumed) == straight

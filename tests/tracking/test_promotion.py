@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from flashdraft.config import PromoteConfig
 from flashdraft.errors import UserError
-from flashdraft.tracking.registry import CHALLENGER, CHAMPION, PromotionPolicy, Scores, should_promote
+from flashdraft.tracking.registry import CHALLENGER, CHAMPION, Scores, should_promote
 
-POLICY = PromotionPolicy(primary_benchmark="gsm8k", min_tau_gain=0.05, min_lossless=1.0)
+POLICY = PromoteConfig(primary_benchmark="gsm8k", min_tau_gain=0.05, min_lossless=1.0)
 
 
 def report(tau: float, lossless: float = 1.0, chat_tau: float = 2.0) -> dict[str, Scores]:
@@ -61,7 +62,7 @@ def test_unmeasured_losslessness_blocks():
 
 
 def test_relaxed_lossless_threshold_for_low_precision():
-    relaxed = PromotionPolicy(primary_benchmark="gsm8k", min_tau_gain=0.05, min_lossless=0.95)
+    relaxed = PromoteConfig(primary_benchmark="gsm8k", min_tau_gain=0.05, min_lossless=0.95)
     assert should_promote(report(3.5, lossless=0.97), report(3.0), relaxed).promote
 
 
@@ -73,7 +74,7 @@ def test_champion_without_the_primary_benchmark_is_not_replaced_blindly():
 
 def test_candidate_without_the_primary_benchmark_is_a_user_error():
     with pytest.raises(UserError, match="no 'humaneval' benchmark.*gsm8k"):
-        should_promote(report(3.0), None, PromotionPolicy(primary_benchmark="humaneval"))
+        should_promote(report(3.0), None, PromoteConfig(primary_benchmark="humaneval"))
 
 
 def test_decision_is_pure():

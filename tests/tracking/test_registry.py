@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -11,12 +12,13 @@ pytest.importorskip("mlflow")
 from mlflow import MlflowClient  # noqa: E402
 
 from flashdraft import cli  # noqa: E402
+from flashdraft.config import PromoteConfig  # noqa: E402
 from flashdraft.tracking import registry  # noqa: E402
-from flashdraft.tracking.registry import PromotionPolicy  # noqa: E402
-from flashdraft.stages.promote import promote_draft  # noqa: E402
+from flashdraft.tracking.promotion import PromotionResult, promote_draft  # noqa: E402
+from flashdraft.tracking.runs import step_run  # noqa: E402
 
 NAME = "nano-draft"
-POLICY = PromotionPolicy(primary_benchmark="gsm8k", min_tau_gain=0.05)
+POLICY = PromoteConfig(model_name=NAME, primary_benchmark="gsm8k", min_tau_gain=0.05)
 LINEAGE = {"target": "org/target", "target.revision": "abc123", "recipe": "smollm2_135m_dflash", "data": "x.jsonl"}
 
 
@@ -46,13 +48,18 @@ def make_report(gsm8k_tau: float, lossless: float | None = 1.0) -> dict:
     return {"benchmarks": {"gsm8k": bench(gsm8k_tau, gsm8k_tau / 1.5, lossless), "chat": bench(2.0, 1.4, 1.0)}}
 
 
+def promote(uri: str, draft, report: dict) -> PromotionResult:
+    """`draft` promoted by POLICY with LINEAGE inside a promote step run, as `flashdraft promote` does."""
+    with step_run("promote", tracking_uri=uri) as run:
+        return promote_draft(run, replace(POLICY, draft=str(draft)), report, lineage=LINEAGE)
+
+
 def aliases(uri):
     return {k: str(v) for k, v in MlflowClient(uri).get_registered_model(NAME).aliases.items()}
 
 
 def test_versions_lineage_and_aliases(store, tmp_path):
-    first = promote_draft(make_draft(tmp_path, "a", b"a"), make_report(3.0), model_name=NAME, policy=POLICY,
-                          lineage=LINEAGE, tracking_uri=store)
+    first = promote(store, make_draft(tmp_path, "a", b"a"), make_report(3.0))
     assert (first.version, first.alias, first.promoted) == ("1", "champion", True)
 
     client = MlflowClient(store)
@@ -68,26 +75,23 @@ def test_versions_lineage_and_aliases(store, tmp_path):
     local = mlflow.artifacts.download_artifacts(version.source, dst_path=str(tmp_path / "dl"))
     assert registry.draft_digest(__import__("pathlib").Path(local)) == registry.draft_digest(tmp_path / "a")
 
-    worse = promote_draft(make_draft(tmp_path, "b", b"b"), make_report(2.5), model_name=NAME, policy=POLICY,
-                          lineage=LINEAGE, tracking_uri=store)
+    worse = promote(store, make_draft(tmp_path, "b", b"b"), make_report(2.5))
     assert (worse.version, worse.alias) == ("2", "challenger")
     assert aliases(store) == {"champion": "1", "challenger": "2"}
 
-    lossy = promote_draft(make_draft(tmp_path, "c", b"c"), make_report(9.0, lossless=0.5), model_name=NAME,
-                          policy=POLICY, lineage=LINEAGE, tracking_uri=store)
+    lossy = promote(store, make_draft(tmp_path, "c", b"c"), make_report(9.0, lossless=0.5))
     assert (lossy.version, lossy.alias, lossy.promoted) == ("3", "challenger", False)
 
-    better = promote_draft(make_draft(tmp_path, "d", b"d"), make_report(3.5), model_name=NAME, policy=POLICY,
-                           lineage=LINEAGE, tracking_uri=store)
+    better = promote(store, make_draft(tmp_path, "d", b"d"), make_report(3.5))
     assert (better.version, better.alias) == ("4", "champion")
     assert aliases(store) == {"champion": "4", "challenger": "3"}
 
 
 def test_rerunning_on_the_same_draft_changes_nothing(store, tmp_path):
     draft = make_draft(tmp_path, "a", b"a")
-    promote_draft(draft, make_report(3.0), model_name=NAME, policy=POLICY, lineage=LINEAGE, tracking_uri=store)
+    promote(store, draft, make_report(3.0))
     worse = make_draft(tmp_path, "b", b"b")
-    promote_draft(worse, make_report(2.0), model_name=NAME, policy=POLICY, lineage=LINEAGE, tracking_uri=store)
+    promote(store, worse, make_report(2.0))
     client = MlflowClient(store)
 
     def snapshot():
@@ -95,29 +99,24 @@ def test_rerunning_on_the_same_draft_changes_nothing(store, tmp_path):
         return aliases(store), sorted((v.version, sorted(v.tags.items())) for v in versions)
 
     before = snapshot()
-    again = promote_draft(draft, make_report(3.0), model_name=NAME, policy=POLICY, lineage=LINEAGE,
-                          tracking_uri=store)
+    again = promote(store, draft, make_report(3.0))
     assert (again.version, again.alias, again.new_version) == ("1", "champion", False)
-    again = promote_draft(worse, make_report(2.0), model_name=NAME, policy=POLICY, lineage=LINEAGE,
-                          tracking_uri=store)
+    again = promote(store, worse, make_report(2.0))
     assert (again.version, again.alias, again.new_version) == ("2", "challenger", False)
     assert snapshot() == before
 
 
 def test_a_sampled_evaluation_is_not_shown_lossless(store, tmp_path):
-    result = promote_draft(make_draft(tmp_path, "a", b"a"), make_report(3.0, lossless=None), model_name=NAME,
-                           policy=POLICY, lineage=LINEAGE, tracking_uri=store)
+    result = promote(store, make_draft(tmp_path, "a", b"a"), make_report(3.0, lossless=None))
     assert (result.alias, result.promoted) == ("challenger", False)
     assert "gsm8k not measured" in result.reason
 
 
 def test_champion_deleted_next_candidate_becomes_champion(store, tmp_path):
-    promote_draft(make_draft(tmp_path, "a", b"a"), make_report(5.0), model_name=NAME, policy=POLICY,
-                  lineage=LINEAGE, tracking_uri=store)
+    promote(store, make_draft(tmp_path, "a", b"a"), make_report(5.0))
     MlflowClient(store).delete_model_version(NAME, "1")
     assert registry.champion_version(MlflowClient(store), NAME) is None
-    result = promote_draft(make_draft(tmp_path, "b", b"b"), make_report(2.0), model_name=NAME, policy=POLICY,
-                           lineage=LINEAGE, tracking_uri=store)
+    result = promote(store, make_draft(tmp_path, "b", b"b"), make_report(2.0))
     assert (result.version, result.alias, result.reason) == ("2", "champion", "no champion yet")
 
 
@@ -127,10 +126,32 @@ def test_promote_command(store, tmp_path, capsys):
     report.write_text(json.dumps(make_report(3.0)))
     out = tmp_path / "decision.json"
     argv = ["promote", "--draft", str(draft), "--report", str(report), "--model-name", NAME,
-            "--target", "org/target", "--output", str(out)]
+            "--target", "org/target", "--output", str(out), "--target-revision", "abc123", "--recipe", "mine",
+            "--data", "x.jsonl", "y.jsonl"]
     assert cli.main(argv) == 0
     assert "version 1 -> @champion" in capsys.readouterr().out
     assert json.loads(out.read_text())["alias"] == "champion"
+    tags = MlflowClient(store).get_model_version(NAME, "1").tags
+    assert {k: tags[k] for k in LINEAGE} == {"target": "org/target", "target.revision": "abc123", "recipe": "mine",
+                                             "data": "x.jsonl,y.jsonl"}
+
+
+def test_promote_lineage_and_policy_come_from_the_config(store, tmp_path, capsys):
+    """A recipe's target and data are the lineage; the policy is promote.* (here from key=value)."""
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps(make_report(3.0)))
+    argv = ["promote", "--config", "smollm2_135m", f"promote.draft={make_draft(tmp_path, 'a', b'a')}",
+            f"promote.report={report}", f"promote.model_name={NAME}", "promote.primary_benchmark=chat"]
+    assert cli.main(argv) == 0
+    tags = MlflowClient(store).get_model_version(NAME, "1").tags
+    assert tags["recipe"] == "smollm2_135m" and tags["target"] and tags["data"]
+    assert "@champion" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        cli.main(["promote", "--min-lossless", "most"])
+    assert "invalid float value: 'most'" in capsys.readouterr().err
+    assert cli.main(["promote", "--draft", "d", "--report", str(report), "--model-name", NAME,
+                     "--min-lossless", "1.5"]) == 2
+    assert "promote.min_lossless must be a fraction in [0, 1], got 1.5" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

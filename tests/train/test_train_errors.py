@@ -6,11 +6,10 @@ import json
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
 
+from dflash_helpers import write_draft
 from flashdraft import cli
-from flashdraft.target.frozen import FrozenTarget
-from flashdraft.stages.draft_init import init_draft
-from flashdraft.config import DraftConfig
 from tiny_models import save_tiny_target
 from train_helpers import alphabet_chats, tiny_train_args
 
@@ -22,7 +21,7 @@ def no_weights(monkeypatch):
     def forbidden(*_args, **_kwargs):
         raise AssertionError("target weights were loaded before the bad input was reported")
 
-    monkeypatch.setattr(FrozenTarget, "load", forbidden)
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", forbidden)
 
 
 def train_error(capsys, args: list[str]) -> str:
@@ -41,7 +40,7 @@ def test_unknown_key_and_wrong_type(capsys, no_weights):
     assert "train.max_steps: expected int" in err and "many" in err
     assert "objective.attention must be one of auto, flex, sdpa, got 'dense'" in train_error(
         capsys, ["objective.attention=dense"])
-    assert "objective.name: unknown strategy 'eagle'" in train_error(capsys, ["objective.name=eagle"])
+    assert "objective.name: unknown objective 'eagle'" in train_error(capsys, ["objective.name=eagle"])
 
 
 def test_renamed_keys_name_their_new_names(capsys, no_weights):
@@ -70,15 +69,15 @@ def test_draft_that_does_not_fit(capsys, no_weights, tiny_target, tmp_path):
     err = train_error(capsys, tiny_train_args(target, data, tmp_path / "out", **{"draft.hidden_size": 96}))
     assert "draft hidden size 96 != target hidden size 64" in err
     other = save_tiny_target(tmp_path / "other", "qwen3", vocab_size=320)
-    init_draft(str(other), tmp_path / "draft", DraftConfig(num_layers=1, block_size=4, target_layer_ids=[1]))
-    err = train_error(capsys, tiny_train_args(target, data, tmp_path / "out", **{"draft.init_from": tmp_path / "draft"}))
+    draft = write_draft(other, tmp_path / "draft", num_layers=1, block_size=4, target_layer_ids=[1])
+    err = train_error(capsys, tiny_train_args(target, data, tmp_path / "out", **{"draft.init_from": draft}))
     assert "draft vocab 320 != target vocab 288" in err
     err = train_error(capsys, tiny_train_args(target, data, tmp_path / "out", **{"draft.init_from": tmp_path / "nope"}))
     assert "draft.init_from" in err and "not a draft folder" in err
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="flex attention is valid where CUDA is")
-def test_flex_attention_needs_a_gpu(capsys, tiny_target, tmp_path):
+def test_flex_attention_needs_a_gpu(capsys, no_weights, tiny_target, tmp_path):
     data = alphabet_chats(tmp_path / "chats.jsonl", rows=8)
     err = train_error(capsys, tiny_train_args(tiny_target("qwen3"), data, tmp_path / "out",
                                               **{"objective.attention": "flex"}))

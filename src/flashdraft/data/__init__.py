@@ -1,6 +1,6 @@
 """Chat datasets: sources, tokenisation with loss masks, and response regeneration with the target.
 
-`Batch` is what the data loader hands to a training strategy; this module stays import-light (torch
+`Batch` is what the data loader hands to a training objective; this module stays import-light (torch
 only) so that benchmarks can build batches without `datasets`.
 """
 

@@ -11,11 +11,16 @@ within a window they are sorted by number of turns, then by the token length of 
 before being cut into batches. The window bounds how many rows `assemble` holds while it restores
 prompt order.
 
-Resume: the batches are fixed (the sort is deterministic). Each finished batch is appended to
-`<work>/completed.jsonl` as ONE line with its prompt indices, flushed and fsynced, so a kill loses at
-most the batch in flight (a torn last line is discarded). A rerun skips finished batches and
-regenerates the rest with the same batch composition and seeds, and the final file is assembled in
-prompt order: the result equals an uninterrupted run's.
+Lengths: each turn may add up to `max_new_tokens`, and never more than the room its prompt leaves
+under `context` (the conversation's limit, e.g. the training length): the answer is cut there
+(finish_reason "length"). A turn whose prompt alone fills the context ends the conversation.
+
+Shards and resume: the batches are fixed (the sort is deterministic). Rank r of `world` processes
+answers the unfinished batches b with b % world == r. Each finished batch is appended to the rank's
+`<work>/completed-<r>.jsonl` as ONE line with its prompt indices, flushed and fsynced, so a kill loses at
+most the batch in flight (a torn last line is discarded). A rerun, on any number of ranks, skips every
+batch some file holds and regenerates the rest with the same batch composition and seeds; the final
+file is assembled in prompt order from all files: the result equals an uninterrupted one-process run's.
 """
 
 from __future__ import annotations
@@ -27,128 +32,18 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import torch
 from tqdm.auto import tqdm
 
+from flashdraft.data.sampling import Sampling
 from flashdraft.errors import UserError
-from flashdraft.data.vllm_sampling import vllm_sampling
+from flashdraft.files import atomic_path
 
 log = logging.getLogger(__name__)
 
-COMPLETED_NAME = "completed.jsonl"
+COMPLETED_GLOB = "completed-*.jsonl"
 WINDOW_BATCHES = 16
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """Decoding settings; temperature 0 means greedy. top_p 1.0 / top_k 0 switch those filters off."""
-
-    max_new_tokens: int
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
-
-
-def target_sampling(
-    generation_config,
-    max_new_tokens: int,
-    temperature: float | None = None,
-    top_p: float | None = None,
-    top_k: int | None = None,
-) -> Sampling:
-    """The target's recommended sampling (its generation_config), with explicit values taking precedence."""
-    sampled = bool(getattr(generation_config, "do_sample", False))
-    if temperature is None:
-        temperature = (getattr(generation_config, "temperature", None) or 1.0) if sampled else 0.0
-    if top_p is None:
-        top_p = (getattr(generation_config, "top_p", None) or 1.0) if sampled else 1.0
-    if top_k is None:
-        top_k = (getattr(generation_config, "top_k", None) or 0) if sampled else 0
-    if max_new_tokens < 1:
-        raise UserError(f"--max-new-tokens must be at least 1, got {max_new_tokens}")
-    if temperature < 0 or not 0 < top_p <= 1 or top_k < 0:
-        raise UserError(
-            f"bad sampling: temperature {temperature} (>= 0), top_p {top_p} (in (0, 1]), top_k {top_k} (>= 0)"
-        )
-    return Sampling(max_new_tokens, float(temperature), float(top_p), int(top_k))
-
-
-@dataclass(frozen=True)
-class Completion:
-    token_ids: list[int]  # the answer, without the stop token
-    finish_reason: str  # "stop" (a stop token) or "length" (max_new_tokens)
-
-
-def _cut_at_stop(ids: Sequence[int], stop_ids: set[int]) -> Completion:
-    for position, token in enumerate(ids):
-        if token in stop_ids:
-            return Completion(list(ids[:position]), "stop")
-    return Completion(list(ids), "length")
-
-
-class TransformersGenerator:
-    """Batched `generate` with left padding and a KV cache."""
-
-    def __init__(self, model, stop_ids: Sequence[int], pad_id: int):
-        self.model = model.eval()
-        self.stop_ids = set(stop_ids)
-        self.pad_id = pad_id
-
-    @torch.no_grad()
-    def generate(self, prompts: Sequence[Sequence[int]], sampling: Sampling, seeds: Sequence[int]) -> list[Completion]:
-        from transformers import GenerationConfig
-
-        width = max(len(p) for p in prompts)
-        device = self.model.device
-        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, prompt in enumerate(prompts):
-            input_ids[row, width - len(prompt) :] = torch.tensor(prompt)
-            attention_mask[row, width - len(prompt) :] = 1
-        config = GenerationConfig(
-            max_new_tokens=sampling.max_new_tokens,
-            do_sample=not sampling.greedy,
-            temperature=sampling.temperature if not sampling.greedy else None,
-            top_p=sampling.top_p if not sampling.greedy else None,
-            top_k=sampling.top_k if not sampling.greedy else None,
-            eos_token_id=sorted(self.stop_ids),
-            pad_token_id=self.pad_id,
-        )
-        # One seed per batch: batches are fixed, so a resumed run draws the same samples.
-        torch.manual_seed(seeds[0])
-        out = self.model.generate(
-            input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), generation_config=config
-        )
-        return [_cut_at_stop(row[width:].tolist(), self.stop_ids) for row in out.cpu()]
-
-
-class VllmGenerator:
-    """vLLM offline inference on token-id prompts, with one sampling seed per request."""
-
-    def __init__(self, model_path: str | Path, stop_ids: Sequence[int], seed: int, trust_remote_code: bool = False):
-        from vllm import LLM
-
-        self.llm = LLM(model=str(model_path), seed=seed, trust_remote_code=trust_remote_code)
-        self.stop_ids = set(stop_ids)
-
-    def generate(self, prompts: Sequence[Sequence[int]], sampling: Sampling, seeds: Sequence[int]) -> list[Completion]:
-        params = [vllm_sampling(sampling, max_tokens=sampling.max_new_tokens, stop_ids=self.stop_ids, seed=seed)
-                  for seed in seeds]
-        outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
-        completions = []
-        for output in outputs:
-            ids = list(output.outputs[0].token_ids)
-            if ids and ids[-1] in self.stop_ids:
-                ids.pop()
-            completions.append(Completion(ids, "stop" if output.outputs[0].finish_reason == "stop" else "length"))
-        return completions
 
 
 def turn_groups(messages: Sequence[dict]) -> list[list[dict]]:
@@ -187,39 +82,41 @@ class Renderer:
 
 
 def _answer_batch(rows: list[dict], render: Renderer, decode: Callable, generator, sampling: Sampling,
-                  seed: int, context: int | None, on_tokens: Callable[[int], None]) -> list[dict]:
-    """Regenerate every turn of a batch of conversations; `on_tokens` hears of each round's new tokens.
-
-    A turn whose prompt plus `max_new_tokens` exceeds the target's `context` is not generated: its
-    conversation ends at the turn before, or is marked skipped when that was the first turn.
-    """
+                  max_new_tokens: int, seed: int, context: int | None, turns: str,
+                  on_tokens: Callable[[int], None]) -> list[dict]:
+    """Regenerate the turns of a batch of conversations (all, or only the first); `on_tokens` hears of each
+    round's new tokens. See the module docstring for the limit on each turn."""
     groups = [turn_groups(row["messages"]) for row in rows]
+    if turns == "first":
+        groups = [group[:1] for group in groups]
     histories: list[list[dict]] = [[] for _ in rows]
-    turns: list[list[dict]] = [[] for _ in rows]
+    answered: list[list[dict]] = [[] for _ in rows]
     ended = [False] * len(rows)
     for round_ in range(max(len(g) for g in groups)):
-        active, prompts = [], []
+        active, prompts, limits = [], [], []
         for i, group in enumerate(groups):
             if ended[i] or round_ >= len(group):
                 continue
             prompt = render(histories[i] + group[round_])
-            if context is not None and len(prompt) + sampling.max_new_tokens > context:
+            limit = max_new_tokens if context is None else min(max_new_tokens, context - len(prompt))
+            if limit < 1:
                 ended[i] = True
                 continue
             histories[i].extend(group[round_])
             active.append(i)
             prompts.append(prompt)
+            limits.append(limit)
         if not active:
             break
         seeds = [seed * 1_000_003 + i * 1_009 + round_ for i in active]
-        completions = generator.generate(prompts, sampling, seeds)
+        completions = generator.generate(prompts, sampling, limits, seeds)
         for i, prompt, completion in zip(active, prompts, completions):
             histories[i].append({"role": "assistant", "content": decode(completion.token_ids)})
-            turns[i].append({"finish_reason": completion.finish_reason, "prompt_tokens": len(prompt),
-                             "completion_tokens": len(completion.token_ids)})
+            answered[i].append({"finish_reason": completion.finish_reason, "prompt_tokens": len(prompt),
+                                "completion_tokens": len(completion.token_ids)})
         on_tokens(sum(len(c.token_ids) for c in completions))
     out = []
-    for row, history, row_turns in zip(rows, histories, turns):
+    for row, history, row_turns in zip(rows, histories, answered):
         if not row_turns:
             out.append({"id": row["id"], "skipped": "prompt_too_long"})
             continue
@@ -235,28 +132,32 @@ def _answer_batch(rows: list[dict], render: Renderer, decode: Callable, generato
     return out
 
 
-def read_completed(work: Path) -> dict[int, int]:
-    """{batch index: byte offset of its record} of the finished batches; a torn last line is cut off."""
-    path = work / COMPLETED_NAME
-    if not path.exists():
-        return {}
-    offsets: dict[int, int] = {}
-    good = 0
-    with open(path, "rb") as handle:
-        for line in handle:
-            if not line.endswith(b"\n"):
-                break
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                break
-            offsets.setdefault(record["batch"], good)
-            good += len(line)
-    if good < path.stat().st_size:
-        log.warning("discarding a torn record at the end of %s (%d bytes)", path, path.stat().st_size - good)
-        with open(path, "r+b") as handle:
-            handle.truncate(good)
-    return offsets
+def completed_path(work: Path, rank: int) -> Path:
+    """The file where rank `rank` appends its finished batches."""
+    return work / COMPLETED_GLOB.replace("*", str(rank))
+
+
+def read_completed(work: Path) -> dict[int, tuple[Path, int]]:
+    """{batch index: (file, byte offset of its record)} of the finished batches of every rank; a torn last
+    line of a file is cut off."""
+    found: dict[int, tuple[Path, int]] = {}
+    for path in sorted(work.glob(COMPLETED_GLOB)):
+        good = 0
+        with open(path, "rb") as handle:
+            for line in handle:
+                if not line.endswith(b"\n"):
+                    break
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    break
+                found.setdefault(record["batch"], (path, good))
+                good += len(line)
+        if good < path.stat().st_size:
+            log.warning("discarding a torn record at the end of %s (%d bytes)", path, path.stat().st_size - good)
+            with open(path, "r+b") as handle:
+                handle.truncate(good)
+    return found
 
 
 def regenerate(
@@ -265,18 +166,18 @@ def regenerate(
     tokenizer,
     generator,
     sampling: Sampling,
+    max_new_tokens: int,
     work_dir: Path,
     batch_size: int,
     seed: int = 0,
     thinking: bool | None = None,
     context: int | None = None,
+    turns: str = "all",
+    rank: int = 0,
+    world: int = 1,
 ) -> dict:
-    """Answer every prompt row (`id`, `source`, `messages`) with the target, into `work_dir`.
-
-    Finished batches already in `work_dir` are skipped. A turn whose prompt plus max_new_tokens exceeds
-    `context` is not generated (see `_answer_batch`). Returns this run's throughput; `assemble` writes
-    the dataset.
-    """
+    """Answer this rank's share of the prompt rows (`id`, `source`, `messages`) with the target, into
+    `work_dir` (see the module docstring). Returns this rank's throughput; `assemble` writes the dataset."""
     render = Renderer(tokenizer, thinking)
 
     def decode(ids: list[int]) -> str:
@@ -285,18 +186,23 @@ def regenerate(
     work_dir.mkdir(parents=True, exist_ok=True)
     done = read_completed(work_dir)
     n_batches = -(-len(prompts) // batch_size)
+    mine = [b for b in range(n_batches) if b % world == rank]
+
+    def batch_rows(batch: int) -> int:
+        return min(batch_size, len(prompts) - batch * batch_size)
 
     def batching_key(index: int) -> tuple[int, int, int]:
         groups = turn_groups(prompts[index]["messages"])
         return len(groups), len(render(groups[0])), index
 
     window_size = WINDOW_BATCHES * batch_size
-    resumed = sum(min(batch_size, len(prompts) - b * batch_size) for b in done if b < n_batches)
+    resumed = sum(batch_rows(b) for b in mine if b in done)
     generated = 0
     started = time.perf_counter()
     with (
-        open(work_dir / COMPLETED_NAME, "a", encoding="utf-8") as log_file,
-        tqdm(total=len(prompts), initial=resumed, desc="regenerate", unit="sample") as bar,
+        open(completed_path(work_dir, rank), "a", encoding="utf-8") as log_file,
+        tqdm(total=sum(batch_rows(b) for b in mine), initial=resumed, desc=f"regenerate (rank {rank})",
+             unit="sample", position=rank) as bar,
     ):
         def on_tokens(count: int) -> None:  # after every turn round, so long conversations show progress
             nonlocal generated
@@ -305,17 +211,15 @@ def regenerate(
 
         for start in range(0, len(prompts), window_size):
             first = start // batch_size
-            batches = range(first, min(first + WINDOW_BATCHES, n_batches))
-            if all(b in done for b in batches):
+            window = range(first, min(first + WINDOW_BATCHES, n_batches))
+            todo = [b for b in window if b % world == rank and b not in done]
+            if not todo:
                 continue
-            window = range(start, min(start + window_size, len(prompts)))
-            order = sorted(window, key=batching_key)
-            for batch in batches:
-                if batch in done:
-                    continue
+            order = sorted(range(start, min(start + window_size, len(prompts))), key=batching_key)
+            for batch in todo:
                 indices = order[(batch - first) * batch_size : (batch - first + 1) * batch_size]
                 answered = _answer_batch([prompts[i] for i in indices], render, decode, generator, sampling,
-                                         seed * 100_003 + batch, context, on_tokens)
+                                         max_new_tokens, seed * 100_003 + batch, context, turns, on_tokens)
                 record = {"batch": batch, "indices": indices, "rows": answered}
                 log_file.write(json.dumps(record, ensure_ascii=False) + "\n")
                 log_file.flush()
@@ -326,13 +230,14 @@ def regenerate(
             "tokens_per_second": round(generated / seconds, 2) if seconds > 0 and generated else None}
 
 
-def assemble(work_dir: Path, path: Path, expected_ids: Sequence[str], sampling: Sampling) -> dict:
-    """Write the finished batches as one dataset in prompt order (.jsonl or .parquet), atomically.
+def assemble(work_dir: Path, path: Path, expected_ids: Sequence[str]) -> dict:
+    """Write the finished batches of every rank as one dataset in prompt order (.jsonl or .parquet),
+    atomically.
 
     Reads the batches one at a time and holds at most one window of rows (batches are length-sorted
     within a window), so memory does not grow with the dataset. Returns its stats.
     """
-    offsets = read_completed(work_dir)
+    records = read_completed(work_dir)
     expected = list(expected_ids)
     emitted = 0
     completion: list[int] = []
@@ -343,21 +248,25 @@ def assemble(work_dir: Path, path: Path, expected_ids: Sequence[str], sampling: 
     def in_prompt_order():
         nonlocal emitted
         pending: dict[int, dict] = {}
-        with open(work_dir / COMPLETED_NAME, "rb") as handle:
-            for batch in range(len(offsets)):
-                if batch not in offsets:
-                    raise RuntimeError(f"batch {batch} is missing from {handle.name}")
-                handle.seek(offsets[batch])
+        handles: dict[Path, object] = {}
+        try:
+            for batch in range(len(records)):
+                if batch not in records:
+                    raise RuntimeError(f"batch {batch} is missing from {work_dir}; rerun the same warmup to finish")
+                file, offset = records[batch]
+                handle = handles.get(file) or handles.setdefault(file, open(file, "rb"))
+                handle.seek(offset)
                 record = json.loads(handle.readline())
-                if len(record.get("indices", ())) != len(record["rows"]):  # written by an older flashdraft
-                    raise RuntimeError(f"{handle.name} has batches without prompt indices; remove the output, rerun")
                 for index, row in zip(record["indices"], record["rows"]):
                     if index >= len(expected) or row["id"] != expected[index] or index < emitted:
-                        raise RuntimeError(f"{handle.name} does not match the prompts; remove the output, rerun")
+                        raise RuntimeError(f"{file} does not match the prompts; remove the output, rerun")
                     pending[index] = row
                 while emitted in pending:
                     yield pending.pop(emitted)
                     emitted += 1
+        finally:
+            for handle in handles.values():
+                handle.close()
 
     def rows():
         for row in in_prompt_order():
@@ -371,27 +280,19 @@ def assemble(work_dir: Path, path: Path, expected_ids: Sequence[str], sampling: 
                 reasons[turn["finish_reason"]] += 1
             yield row
 
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
+    with atomic_path(path) as tmp:
         if path.suffix == ".parquet":
             _write_parquet(rows(), tmp)
         else:
             with open(tmp, "w", encoding="utf-8") as out:
-                for row in rows():
-                    out.write(json.dumps(row, ensure_ascii=False) + "\n")
-                out.flush()
-                os.fsync(out.fileno())
+                out.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows())
         if emitted < len(expected):
-            raise RuntimeError(f"{work_dir / COMPLETED_NAME} misses prompts; rerun the same command to finish")
+            raise RuntimeError(f"{work_dir} misses answers to some prompts; rerun the same warmup to finish")
         if not counts["samples"]:
-            raise UserError(f"no prompt fits the target's context with max_new_tokens {sampling.max_new_tokens}; "
-                            "lower --max-new-tokens")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+            raise UserError("no prompt leaves room for an answer in the context (warmup.max_length, or the "
+                            "target's context); raise warmup.max_length or use shorter prompts")
     if counts["skipped_too_long"]:
-        log.warning("%d conversations skipped: their first prompt + max_new_tokens exceeds the target's context",
-                    counts["skipped_too_long"])
+        log.warning("%d conversations skipped: their first prompt alone fills the context", counts["skipped_too_long"])
     return {
         **counts,
         "turns": len(completion),
@@ -399,7 +300,6 @@ def assemble(work_dir: Path, path: Path, expected_ids: Sequence[str], sampling: 
         "truncated_fraction": round(reasons.get("length", 0) / len(completion), 4),
         "completion_tokens": _summary(completion),
         "prompt_tokens": _summary(prompt),
-        "sampling": asdict(sampling),
     }
 
 

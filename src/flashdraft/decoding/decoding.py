@@ -1,4 +1,4 @@
-"""Batch-1 decoding loops on one harness: speculative (draft + verify) and plain autoregressive.
+"""Batch-1 decoding on one harness: speculative (draft + verify) and plain autoregressive, `generate`.
 
 Both share the target runner (preallocated cache, fixed-shape steps, optional CUDA graphs) so the
 speedup compares like with like. Per step the host waits once, for the few integers that decide the
@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from flashdraft.errors import UserError
+from flashdraft.data.sampling import Sampling
 from flashdraft.decoding.graphs import StepGraphs
 from flashdraft.decoding.proposers import Proposer
-from flashdraft.decoding.sampling import SamplingParams, accept_greedy, accept_sampled, choose, sampling_probs
+from flashdraft.decoding.sampling import accept_greedy, accept_sampled, choose, sampling_probs
 from flashdraft.decoding.target_runner import TargetRunner
+from flashdraft.errors import UserError
 
 
 @dataclass
@@ -58,7 +59,7 @@ def _prefill(
     runner: TargetRunner,
     prompt_ids: torch.Tensor,
     max_new_tokens: int,
-    params: SamplingParams,
+    params: Sampling,
     stop_ids: Collection[int],
     generator: torch.Generator | None,
 ) -> tuple[torch.Tensor, torch.Tensor, Generation, bool, float]:
@@ -79,81 +80,88 @@ def _prefill(
 
 
 @torch.no_grad()
-def autoregressive_generate(
+def generate(
     runner: TargetRunner,
     prompt_ids: torch.Tensor,
     *,
     max_new_tokens: int,
-    params: SamplingParams = SamplingParams(),
+    proposer: Proposer | None = None,
+    params: Sampling = Sampling(),
     stop_ids: Collection[int] = (),
     generator: torch.Generator | None = None,
     graphs: StepGraphs | None = None,
 ) -> Generation:
-    """Plain decoding of the target: one token per forward."""
-    device = runner.device
-    graphs = graphs or StepGraphs(enabled=False)
-    token, _, result, done, t1 = _prefill(runner, prompt_ids, max_new_tokens, params, stop_ids, generator)
-    start = prompt_ids.shape[1]
-    position = torch.tensor(start, device=device)
-    while not done:
-        position.fill_(start)
-        logits, _ = graphs.run("decode", runner.forward, token.view(1, 1), position)
-        token = choose(logits[0, -1], params, generator)[0]
-        runner.commit(1, 1, graphs)
-        start += 1
-        done = _finish(result.tokens, [int(token)], max_new_tokens, stop_ids)
-    result.decode_s = _sync(device) - t1
-    return result
-
-
-@torch.no_grad()
-def speculative_generate(
-    runner: TargetRunner,
-    proposer: Proposer,
-    prompt_ids: torch.Tensor,
-    *,
-    max_new_tokens: int,
-    params: SamplingParams = SamplingParams(),
-    stop_ids: Collection[int] = (),
-    generator: torch.Generator | None = None,
-    graphs: StepGraphs | None = None,
-) -> Generation:
-    """Speculative decoding: per step one draft forward proposes B-1 tokens, one target forward verifies."""
-    device = runner.device
-    graphs = graphs or StepGraphs(enabled=False)
-    block = proposer.block_size
-    anchor, context, result, done, t1 = _prefill(runner, prompt_ids, max_new_tokens, params, stop_ids, generator)
-    tokens = result.tokens
-    proposer.reset(runner.max_len)
-    start = prompt_ids.shape[1]
-    position = torch.tensor(start, device=device)
-    valid = torch.tensor(start, device=device)
-    while not done:
-        position.fill_(start)
-        # The first context is the prompt (any length); later ones are a whole block: graphable.
-        draft_logits = graphs.run(
-            "draft", proposer.propose, anchor, position, context, valid, graph=context.shape[1] == block
-        )[0]
-        drafts, draft_probs = choose(draft_logits, params, generator)
-        ids = torch.cat([anchor, drafts])[None]
-        target_logits, features = graphs.run("verify", runner.forward, ids, position)
-        if params.greedy:
-            accepted, bonus = accept_greedy(drafts, target_logits[0])
+    """Decode up to `max_new_tokens` after the prompt: plain decoding (one token per target forward), or
+    with a `proposer` speculative decoding (per step one draft forward proposes B-1 tokens, one target
+    forward verifies them)."""
+    token, context, result, done, t1 = _prefill(runner, prompt_ids, max_new_tokens, params, stop_ids, generator)
+    if not done:
+        loop = _Loop(runner, result, max_new_tokens, params, stop_ids, generator, graphs or StepGraphs(enabled=False))
+        if proposer is None:
+            loop.plain(prompt_ids.shape[1], token)
         else:
-            target_probs = sampling_probs(target_logits[0], params)
-            accepted, bonus = accept_sampled(drafts, draft_probs, target_probs, generator)
-        # The one host sync of the step: accept count, then the block's drafts and the bonus.
-        host = torch.cat([accepted.view(1), drafts, bonus.view(1)]).tolist()
-        n_acc = host[0]
-        new = host[1 : 1 + n_acc] + [host[-1]]
-        runner.commit(n_acc + 1, block, graphs)
-        before = len(tokens)
-        done = _finish(tokens, new, max_new_tokens, stop_ids)
-        result.emitted.append(len(tokens) - before)
-        result.accepted.append(n_acc)
-        context = features
-        valid.fill_(n_acc + 1)
-        start += n_acc + 1
-        anchor = bonus.view(1)
-    result.decode_s = _sync(device) - t1
+            loop.speculative(proposer, prompt_ids.shape[1], token, context)
+    result.decode_s = _sync(runner.device) - t1
     return result
+
+
+@dataclass
+class _Loop:
+    """What the decoding steps of one sequence share."""
+
+    runner: TargetRunner
+    result: Generation
+    max_new_tokens: int
+    params: Sampling
+    stop_ids: Collection[int]
+    generator: torch.Generator | None
+    graphs: StepGraphs
+
+    def plain(self, start: int, token: torch.Tensor) -> None:
+        runner, graphs, params, generator = self.runner, self.graphs, self.params, self.generator
+        position = torch.tensor(start, device=runner.device)
+        done = False
+        while not done:
+            position.fill_(start)
+            logits, _ = graphs.run("decode", runner.forward, token.view(1, 1), position)
+            token = choose(logits[0, -1], params, generator)[0]
+            runner.commit(1, 1, graphs)
+            start += 1
+            done = _finish(self.result.tokens, [int(token)], self.max_new_tokens, self.stop_ids)
+
+    def speculative(self, proposer: Proposer, start: int, anchor: torch.Tensor, context: torch.Tensor) -> None:
+        runner, graphs, params, generator = self.runner, self.graphs, self.params, self.generator
+        result, max_new_tokens, stop_ids, device = self.result, self.max_new_tokens, self.stop_ids, runner.device
+        block = proposer.block_size
+        tokens = result.tokens
+        proposer.reset(runner.max_len)
+        position = torch.tensor(start, device=device)
+        valid = torch.tensor(start, device=device)
+        done = False
+        while not done:
+            position.fill_(start)
+            # The first context is the prompt (any length); later ones are a whole block: graphable.
+            draft_logits = graphs.run(
+                "draft", proposer.propose, anchor, position, context, valid, graph=context.shape[1] == block
+            )[0]
+            drafts, draft_probs = choose(draft_logits, params, generator)
+            ids = torch.cat([anchor, drafts])[None]
+            target_logits, features = graphs.run("verify", runner.forward, ids, position)
+            if params.greedy:
+                accepted, bonus = accept_greedy(drafts, target_logits[0])
+            else:
+                target_probs = sampling_probs(target_logits[0], params)
+                accepted, bonus = accept_sampled(drafts, draft_probs, target_probs, generator)
+            # The one host sync of the step: accept count, then the block's drafts and the bonus.
+            host = torch.cat([accepted.view(1), drafts, bonus.view(1)]).tolist()
+            n_acc = host[0]
+            new = host[1 : 1 + n_acc] + [host[-1]]
+            runner.commit(n_acc + 1, block, graphs)
+            before = len(tokens)
+            done = _finish(tokens, new, max_new_tokens, stop_ids)
+            result.emitted.append(len(tokens) - before)
+            result.accepted.append(n_acc)
+            context = features
+            valid.fill_(n_acc + 1)
+            start += n_acc + 1
+            anchor = bonus.view(1)

@@ -14,7 +14,7 @@ from collections.abc import Collection, Sequence
 import torch
 from torch import nn
 
-from flashdraft.decoding.sampling import SamplingParams
+from flashdraft.data.sampling import Sampling
 
 LOOKUP_TOKENS = 10
 
@@ -31,7 +31,7 @@ def prompt_lookup(
     prompts: Sequence[torch.Tensor],
     *,
     max_new_tokens: int,
-    params: SamplingParams,
+    params: Sampling,
     stop_ids: Collection[int],
     pad_id: int,
 ) -> dict:

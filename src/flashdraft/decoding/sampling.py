@@ -10,35 +10,12 @@ exactly, whatever the draft.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from flashdraft.errors import UserError
+from flashdraft.data.sampling import Sampling
 
 
-@dataclass(frozen=True)
-class SamplingParams:
-    """temperature 0 = greedy; top_k 0 and top_p 1 = no filtering."""
-
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-
-    def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise UserError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise UserError(f"top-p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise UserError(f"top-k must be >= 0 (0 = off), got {self.top_k}")
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
-
-
-def sampling_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+def sampling_probs(logits: torch.Tensor, params: Sampling) -> torch.Tensor:
     """[..., V] logits -> float32 probabilities after temperature, top-k and top-p."""
     scores = logits.float() / params.temperature
     if 0 < params.top_k < scores.shape[-1]:
@@ -62,7 +39,7 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tens
 
 
 def choose(
-    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None
+    logits: torch.Tensor, params: Sampling, generator: torch.Generator | None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Tokens for [..., V] logits and, when sampling, the distribution they were drawn from."""
     if params.greedy:

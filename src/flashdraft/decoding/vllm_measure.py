@@ -18,9 +18,8 @@ from pathlib import Path
 
 import torch
 
+from flashdraft.data.sampling import Sampling, vllm_sampling
 from flashdraft.errors import UserError
-from flashdraft.decoding.sampling import SamplingParams
-from flashdraft.data.vllm_sampling import vllm_sampling
 
 _DRAFTS = "vllm:spec_decode_num_drafts"
 _ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
@@ -43,7 +42,7 @@ def _counters(llm) -> dict[str, list[float]]:
     return out
 
 
-def _decode(llm, prompts: Sequence[list[int]], max_new_tokens: int, params: SamplingParams, stop_ids: set[int],
+def _decode(llm, prompts: Sequence[list[int]], max_new_tokens: int, params: Sampling, stop_ids: set[int],
             seed: int) -> tuple[list[list[int]], int, float]:
     """Batch-1 decoding of each prompt: (outputs, decode tokens, decode seconds)."""
     outputs, tokens, seconds = [], 0, 0.0
@@ -64,7 +63,7 @@ def _decode(llm, prompts: Sequence[list[int]], max_new_tokens: int, params: Samp
 
 
 def _run(target: str, speculative: dict | None, encoded: Mapping[str, Sequence[list[int]]], max_new_tokens: int,
-         params: SamplingParams, stop_ids: set[int], seed: int) -> dict[str, dict]:
+         params: Sampling, stop_ids: set[int], seed: int) -> dict[str, dict]:
     from vllm import LLM
 
     llm = LLM(model=target, speculative_config=speculative, max_num_seqs=1, seed=seed,
@@ -87,7 +86,7 @@ def _run(target: str, speculative: dict | None, encoded: Mapping[str, Sequence[l
 
 
 def measure(target: str | Path, draft: str | Path, encoded: Mapping[str, Sequence[list[int]]], *,
-            max_new_tokens: int, params: SamplingParams, block_size: int, stop_ids: set[int],
+            max_new_tokens: int, params: Sampling, block_size: int, stop_ids: set[int],
             seed: int) -> dict[str, dict]:
     """Per benchmark: vLLM's tau, per-slot acceptance, tokens/s with and without the draft, speedup."""
     require_vllm()

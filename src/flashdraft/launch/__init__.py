@@ -1,124 +1,67 @@
-"""Where training runs on Kubernetes: a PyTorchJob (Training Operator v1) or a TrainJob (Kubeflow Trainer v2).
+"""Where `flashdraft train` runs, as `config.launch.backend` says: torchrun on this machine (`local`), a
+PyTorchJob (Training Operator v1) or a TrainJob (Kubeflow Trainer v2) on Kubernetes.
 
-`launch_training(...)` is what the pipeline's train step and `flashdraft launch` call: it builds the
-job, creates it, streams rank 0's log, explains failures and cleans up. `job_manifest(...)` builds
-the same manifest without a cluster (`flashdraft launch --dry-run`).
+`launch_training(config)` is the one entry point (the `launch` stage, the pipeline's train step): it
+starts the trainer with the config's training sections, waits for it and returns where its output
+is. For the Kubernetes backends it builds the job, creates it, streams rank 0's log, explains failures
+and cleans up; `job_manifest(config)` builds the same manifest without a cluster.
+
+    arguments.py   the launched trainer's arguments: the recipe and the config's differences from it
+    local.py       torchrun here; a PyTorchJob pod's re-exec under torchrun
+    job_spec.py    LaunchSpec: the launch section resolved and validated before any API call
+    jobs.py        LaunchSpec -> PyTorchJob / TrainJob manifest
+    kube.py        credentials, namespace, the pipeline pod as owner, API errors as messages
+    watch.py       create a job, follow it (logs.py) and explain its failures (diagnose.py), clean up
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import math
-import os
-import uuid
-from collections.abc import Sequence
+import time
+from dataclasses import dataclass
 
-from flashdraft.errors import UserError
-from flashdraft.launch.jobs import build_job, check_train_arguments, train_arguments
-from flashdraft.launch.job_spec import LaunchSpec, PVCMount, SecretEnv
-from flashdraft.launch.watch import (
-    JobFailedError,
-    JobResult,
-    JobStuckError,
-    JobTimeoutError,
-    run_job,
-)
+from flashdraft.config import Config
+from flashdraft.launch.job_spec import job_spec
+from flashdraft.launch.jobs import build_job
+from flashdraft.launch.local import train_here
+from flashdraft.launch.watch import JobResult, run_job
 
-__all__ = [
-    "JobFailedError",
-    "JobResult",
-    "JobStuckError",
-    "JobTimeoutError",
-    "LaunchSpec",
-    "PVCMount",
-    "SecretEnv",
-    "job_manifest",
-    "launch_training",
-    "make_spec",
-]
 log = logging.getLogger(__name__)
 
-# Tracking settings of the launching step that the job's trainer needs to log into the same MLflow
-# run tree (FLASHDRAFT_PARENT_RUN_ID is tracking.py's parent-run variable).
-PROPAGATED_ENV = ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "FLASHDRAFT_PARENT_RUN_ID")
-_SPEC_FIELDS = {f.name for f in dataclasses.fields(LaunchSpec)}
+
+@dataclass(frozen=True)
+class LaunchResult:
+    backend: str
+    output_dir: str  # the trainer's: checkpoints/, export/, summary.json, metrics.jsonl
+    seconds: float
+    job: JobResult | None = None  # the Kubernetes job; None for local
 
 
-def make_spec(
-    *,
-    launcher: str,
-    image: str,
-    recipe: str | None = None,
-    overrides: Sequence[str] = (),
-    nodes: int = 1,
-    gpus_per_node: int = 1,
-    pvcs: Sequence[str | PVCMount] = (),
-    secret_env: Sequence[str | SecretEnv] = (),
-    namespace: str | None = None,
-    name: str | None = None,
-    **options,
-) -> LaunchSpec:
-    """A validated LaunchSpec; `options` are further LaunchSpec fields (env, tolerations, node_selector, ...)."""
-    unknown = sorted(set(options) - _SPEC_FIELDS)
-    if unknown:
-        raise UserError(f"unknown launch option(s) {', '.join(unknown)}; valid: {', '.join(sorted(_SPEC_FIELDS))}")
-    if namespace is None:
-        from flashdraft.launch.kube import default_namespace
-
-        namespace = default_namespace()
-    env = {k: os.environ[k] for k in PROPAGATED_ENV if os.environ.get(k)}
-    env.update(options.pop("env", {}))
-    spec = LaunchSpec(
-        backend=launcher,
-        image=image,
-        name=name or f"flashdraft-train-{uuid.uuid4().hex[:8]}",
-        namespace=namespace,
-        recipe=recipe,
-        overrides=list(overrides),
-        nodes=nodes,
-        gpus_per_node=gpus_per_node,
-        pvcs=[p if isinstance(p, PVCMount) else PVCMount.parse(p) for p in pvcs],
-        secret_env=[s if isinstance(s, SecretEnv) else SecretEnv.parse(s) for s in secret_env],
-        env=env,
-        **options,
-    )
-    spec.validate()
-    check_train_arguments(train_arguments(spec.recipe, spec.overrides, spec.resolved_output_dir))
-    return spec
+def job_manifest(config: Config) -> dict:
+    """The PyTorchJob / TrainJob that `launch_training(config)` would create (without the owner pod)."""
+    return build_job(job_spec(config))
 
 
-def job_manifest(spec: LaunchSpec, owner: dict | None = None) -> dict:
-    return build_job(spec, owner)
+def launch_training(config: Config, *, api_client=None) -> LaunchResult:
+    """Train with `config` where `config.launch` says; return when training succeeded.
 
-
-def launch_training(
-    *,
-    launcher: str = "pytorchjob",
-    timeout_s: float = 7 * 24 * 3600,
-    cleanup: str = "on-success",
-    poll_s: float = 10.0,
-    api_client=None,
-    **spec_args,
-) -> JobResult:
-    """Run one training job on the cluster and return when it succeeded; raise with the causes otherwise.
-
-    spec_args go to `make_spec` (image, recipe, overrides, nodes, gpus_per_node, pvcs, secret_env,
-    namespace, name, output_dir, env, tolerations, node_selector, ...). Inside a pipeline pod the job is
-    owned by that pod, so deleting the run deletes the job.
+    Raises a UserError with the causes otherwise (watch.JobFailedError, JobStuckError, JobTimeoutError).
+    `api_client`: a kubernetes ApiClient (default: in-cluster or kubeconfig credentials). Inside a
+    pipeline pod the job is owned by that pod, so deleting the run deletes the job.
     """
+    start = time.monotonic()
+    if config.launch.backend == "local":
+        return LaunchResult("local", train_here(config), time.monotonic() - start)
     from kubernetes import client
 
     from flashdraft.launch import kube
 
-    # The cluster enforces the same limit, so the job stops even if this launcher dies first.
-    spec_args.setdefault("active_deadline_s", math.ceil(timeout_s))
-    spec = make_spec(launcher=launcher, **spec_args)
+    spec = job_spec(config)
     api = api_client or kube.api_client()
     owner = kube.pipeline_pod_owner(client.CoreV1Api(api), spec.namespace)
     if owner is not None:
         log.info("the job is owned by pipeline pod %s", owner["name"])
-    manifest = build_job(spec, owner)
-    log.info("checkpoints and the exported draft go to %s (on PVC %s)", spec.resolved_output_dir, spec.pvcs[0].claim)
-    result = run_job(api, manifest, timeout_s=timeout_s, cleanup=cleanup, poll_s=poll_s)
-    return dataclasses.replace(result, output_dir=spec.resolved_output_dir)
+    log.info("checkpoints and the exported draft go to %s", spec.output_dir)
+    launch = config.launch
+    job = run_job(api, build_job(spec, owner), timeout_s=launch.timeout_s, cleanup=launch.cleanup, poll_s=launch.poll_s)
+    return LaunchResult(launch.backend, spec.output_dir, job.seconds, job)

@@ -1,19 +1,27 @@
 """What to launch: one distributed training job on Kubernetes, described and validated before any API call.
 
 A `LaunchSpec` holds everything the job manifests need (image, nodes, GPUs, volumes, env, scheduling).
-`validate()` turns every mistake we can see offline into a `UserError` that names the fix, so a bad
+Building one turns every mistake we can see offline into a `UserError` that names the fix, so a bad
 launch fails on the user's machine instead of as a Pending pod an hour later.
 """
 
 from __future__ import annotations
 
+import os
 import re
-from dataclasses import dataclass, field
+import uuid
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from flashdraft.config import Config, LaunchConfig
 from flashdraft.errors import UserError
+from flashdraft.launch.arguments import OUTPUT_DIR_KEYS, changed_values, command_arguments
+from flashdraft.launch.kube import default_namespace
 
-BACKENDS = ("pytorchjob", "trainjob")
+# Tracking settings of the launching process that the job's trainer needs to log into the same MLflow
+# run tree (FLASHDRAFT_PARENT_RUN_ID: the pipeline's parent run, tracking/runs.py).
+PROPAGATED_ENV = ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "FLASHDRAFT_PARENT_RUN_ID")
+KUBERNETES_BACKENDS = ("pytorchjob", "trainjob")
 # Variables the Training Operator / Trainer inject; a user value would fight the operator's.
 RESERVED_ENV = frozenset(
     {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "LOCAL_WORLD_SIZE"}
@@ -84,50 +92,22 @@ class SecretEnv:
         return cls(env, secret, key)
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class LaunchSpec:
-    """One training job. Defaults describe a single-node, single-GPU run."""
+    """One training job on Kubernetes: the `launch` section (sizes, resources, scheduling, watching) with
+    its defaults resolved and its text parsed, and the trainer's arguments. Validated when built."""
 
-    backend: str = "pytorchjob"
-    image: str
+    launch: LaunchConfig
     name: str
     namespace: str
-    recipe: str | None = None
-    overrides: list[str] = field(default_factory=list)
-    nodes: int = 1
-    gpus_per_node: int = 1
-    procs_per_node: int | None = None  # only without GPUs (CPU smoke runs); with GPUs: one per GPU
-    pvcs: list[PVCMount] = field(default_factory=list)
-    output_dir: str | None = None  # default: <first PVC mount>/runs/<name>
-    shm_size: str = "16Gi"
-    cpu: str | None = None
-    memory: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    secret_env: list[SecretEnv] = field(default_factory=list)
-    tolerations: list[dict] = field(default_factory=list)
-    node_selector: dict[str, str] = field(default_factory=dict)
-    service_account: str | None = None
-    image_pull_secrets: list[str] = field(default_factory=list)
-    gpu_resource: str = "nvidia.com/gpu"
-    backoff_limit: int = 3  # PyTorchJob; a TrainJob's restarts are set by its runtime
-    elastic_min_nodes: int | None = None  # PyTorchJob: elastic between this and `nodes`
-    max_restarts: int = 3  # elastic rendezvous restarts
-    runtime: str = "flashdraft-torch"  # TrainJob: the ClusterTrainingRuntime
-    active_deadline_s: int | None = None
+    image: str
+    pvcs: list[PVCMount]
+    secret_env: list[SecretEnv]
+    env: dict[str, str]  # launch.env and the launching process's tracking variables
+    output_dir: str  # checkpoints and export, on a PVC
+    command_args: list[str]  # each pod's `flashdraft train` (or `warmup`) command and arguments
 
-    @property
-    def procs(self) -> int:
-        return self.gpus_per_node if self.gpus_per_node > 0 else (self.procs_per_node or 1)
-
-    @property
-    def resolved_output_dir(self) -> str:
-        if self.output_dir:
-            return self.output_dir
-        return str(PurePosixPath(self.pvcs[0].mount_path) / "runs" / self.name)
-
-    def validate(self) -> None:
-        if self.backend not in BACKENDS:
-            raise UserError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
+    def __post_init__(self) -> None:
         self._validate_name_and_image()
         self._validate_sizes()
         self._validate_storage()
@@ -146,44 +126,26 @@ class LaunchSpec:
             raise UserError(f"image {self.image!r} is not a container image reference (registry/name:tag)")
 
     def _validate_sizes(self) -> None:
-        if self.nodes < 1:
-            raise UserError(f"--nodes must be >= 1, got {self.nodes}")
-        if self.gpus_per_node < 0:
-            raise UserError(f"--gpus-per-node must be >= 0, got {self.gpus_per_node}")
-        if self.gpus_per_node == 0 and "cuda" in self.image.lower():
+        launch = self.launch
+        if launch.gpus_per_node == 0 and "cuda" in self.image.lower():
             raise UserError(
                 f"image {self.image} is a CUDA image but --gpus-per-node is 0: the job would hold no GPU and "
                 "train on CPU at a fraction of the speed; give --gpus-per-node >= 1 (or a CPU image for a smoke run)"
             )
-        if self.procs_per_node is not None:
-            if self.gpus_per_node > 0:
-                raise UserError("--procs-per-node is only for CPU runs; with GPUs there is one process per GPU")
-            if self.procs_per_node < 1:
-                raise UserError(f"--procs-per-node must be >= 1, got {self.procs_per_node}")
-        if self.elastic_min_nodes is not None:
-            if self.backend != "pytorchjob":
+        if launch.elastic_min_nodes is not None:
+            if launch.backend != "pytorchjob":
                 raise UserError(
                     "elastic training (--elastic-min-nodes) is a PyTorchJob feature; use --backend pytorchjob"
                 )
-            if not 1 <= self.elastic_min_nodes <= self.nodes:
+            if not 1 <= launch.elastic_min_nodes <= launch.nodes:
                 raise UserError(
-                    f"--elastic-min-nodes must be between 1 and --nodes ({self.nodes}), got {self.elastic_min_nodes}"
+                    f"--elastic-min-nodes must be between 1 and --nodes ({launch.nodes}), got {launch.elastic_min_nodes}"
                 )
-        if self.backoff_limit < 0 or self.max_restarts < 0:
-            raise UserError("--backoff-limit and max restarts must be >= 0")
-        if self.active_deadline_s is not None and self.active_deadline_s < 1:
-            raise UserError(f"the job deadline must be >= 1 s, got {self.active_deadline_s}")
-        for value, what in ((self.shm_size, "--shm-size"), (self.cpu, "--cpu"), (self.memory, "--memory")):
+        for value, what in ((launch.shm_size, "--shm-size"), (launch.cpu, "--cpu"), (launch.memory, "--memory")):
             if value is not None:
                 check_quantity(value, what)
 
     def _validate_storage(self) -> None:
-        if not self.pvcs:
-            raise UserError(
-                "no shared volume: give --pvc CLAIM:/mount/path (an RWX PersistentVolumeClaim such as "
-                "flashdraft-data from manifests/): checkpoints live there so a restarted job resumes "
-                "and every node sees the same files"
-            )
         mounts = []
         for pvc in self.pvcs:
             check_dns_subdomain(pvc.claim, "PVC name")
@@ -193,7 +155,7 @@ class LaunchSpec:
             if path in (PurePosixPath("/dev/shm"), PurePosixPath(SCRATCH)) or path in mounts:
                 raise UserError(f"PVC mount path {pvc.mount_path} is used twice (or by /dev/shm, {SCRATCH})")
             mounts.append(path)
-        out = PurePosixPath(self.resolved_output_dir)
+        out = PurePosixPath(self.output_dir)
         if not any(out == m or m in out.parents for m in mounts):
             raise UserError(
                 f"output dir {out} is not on a mounted PVC ({', '.join(map(str, mounts))}): checkpoints there "
@@ -201,13 +163,6 @@ class LaunchSpec:
             )
 
     def _validate_env(self) -> None:
-        for name, value in self.env.items():
-            if not isinstance(value, str):
-                raise UserError(f"environment variable {name}={value!r}: values must be strings")
-        if any(o.startswith("train.output_dir=") for o in self.overrides):
-            raise UserError(
-                "set the output dir with --output-dir (output_dir=), not train.output_dir: it must be on a PVC"
-            )
         for name in list(self.env) + [s.env for s in self.secret_env]:
             if not _ENV_NAME.match(name):
                 raise UserError(f"environment variable name {name!r} is not valid (letters, digits, '_')")
@@ -219,14 +174,15 @@ class LaunchSpec:
                 raise UserError(
                     f"Secret key {secret.key!r} for {secret.env} is not valid (letters, digits, '-', '_', '.')"
                 )
-        for name in self.image_pull_secrets:
+        for name in self.launch.image_pull_secrets:
             check_dns_subdomain(name, "image pull Secret name")
 
     def _validate_scheduling(self) -> None:
-        if self.service_account is not None:
-            check_dns_subdomain(self.service_account, "service account")
-        check_dns_subdomain(self.runtime, "training runtime name")
-        for toleration in self.tolerations:
+        launch = self.launch
+        if launch.service_account is not None:
+            check_dns_subdomain(launch.service_account, "service account")
+        check_dns_subdomain(launch.runtime, "training runtime name")
+        for toleration in launch.tolerations:
             unknown = set(toleration) - TOLERATION_KEYS
             if unknown:
                 raise UserError(
@@ -236,6 +192,42 @@ class LaunchSpec:
                 raise UserError(f"toleration {toleration}: operator must be one of {sorted(TOLERATION_OPERATORS)}")
             if "effect" in toleration and toleration["effect"] not in TOLERATION_EFFECTS:
                 raise UserError(f"toleration {toleration}: effect must be one of {sorted(TOLERATION_EFFECTS)}")
-        for key, value in self.node_selector.items():
-            if not key or not isinstance(value, str):
-                raise UserError(f"node selector {key}={value!r}: expected KEY=VALUE strings")
+        if "" in launch.node_selector:
+            raise UserError(f"node selector {launch.node_selector}: every label needs a key")
+
+
+def job_spec(config: Config) -> LaunchSpec:
+    """The Kubernetes job that trains with `config`, resolved and validated without a cluster."""
+    launch = config.launch
+    if launch.backend not in KUBERNETES_BACKENDS:
+        raise UserError(f"launch.backend is {launch.backend!r}, not a Kubernetes job: use pytorchjob or trainjob")
+    if not launch.image:
+        raise UserError(
+            "launch.image is not set; give the trainer image with --image or launch.image=..., "
+            "e.g. REGISTRY/flashdraft-trainer:TAG (images/trainer)"
+        )
+    if not launch.pvcs:
+        raise UserError(
+            "no shared volume: give --pvc CLAIM:/mount/path (an RWX PersistentVolumeClaim such as "
+            "flashdraft-data from manifests/): checkpoints live there so a restarted job resumes "
+            "and every node sees the same files"
+        )
+    output_key = OUTPUT_DIR_KEYS[launch.command]
+    if output_key in changed_values(config, config.recipe):
+        raise UserError(
+            f"set the output dir with --output-dir (launch.output_dir=), not {output_key}: it must be on a PVC"
+        )
+    name = launch.name or f"flashdraft-train-{uuid.uuid4().hex[:8]}"
+    pvcs = [PVCMount.parse(text) for text in launch.pvcs]
+    output_dir = launch.output_dir or str(PurePosixPath(pvcs[0].mount_path) / "runs" / name)
+    return LaunchSpec(
+        launch=launch,
+        name=name,
+        namespace=launch.namespace or default_namespace(),
+        image=launch.image,
+        pvcs=pvcs,
+        secret_env=[SecretEnv.parse(text) for text in launch.secret_env],
+        env={**{k: os.environ[k] for k in PROPAGATED_ENV if os.environ.get(k)}, **launch.env},
+        output_dir=output_dir,
+        command_args=command_arguments(config, output_dir, portable=True),
+    )

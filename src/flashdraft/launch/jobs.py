@@ -10,12 +10,8 @@ from __future__ import annotations
 
 import copy
 import math
-from pathlib import Path
 from typing import Any
 
-import yaml
-
-from flashdraft.config import RECIPES_DIR, load_config, read_yaml, recipe_path
 from flashdraft.launch.job_spec import SCRATCH, LaunchSpec
 
 PYTORCHJOB_API = ("kubeflow.org", "v1", "pytorchjobs")
@@ -26,65 +22,14 @@ TRAINJOB_REPLICATED_JOB = "node"
 PYTORCHJOB_PORT = 23456  # the operator's default master port
 PATCH_MANAGER = "flashdraft.launch"
 APP_LABELS = {"app.kubernetes.io/name": "flashdraft", "app.kubernetes.io/component": "train"}
-
-
-def yaml_value(value: Any) -> str:
-    """A value as `key=value` text that `parse_overrides` (YAML) reads back as the same value."""
-    if isinstance(value, float) and math.isfinite(value):
-        text = repr(value)
-        # PyYAML reads "1e-05" as a string; it needs a dot in the mantissa.
-        if "e" in text and "." not in text.split("e")[0]:
-            mantissa, exp = text.split("e")
-            text = f"{mantissa}.0e{exp}"
-        return text
-    return yaml.safe_dump(value, default_flow_style=True, width=math.inf).strip().removesuffix("...").strip()
-
-
-def _flatten(data: dict, prefix: str = "") -> list[tuple[str, Any]]:
-    out: list[tuple[str, Any]] = []
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.extend(_flatten(value, f"{name}."))
-        else:
-            out.append((name, value))
-    return out
-
-
-def train_arguments(recipe: str | None, overrides: list[str], output_dir: str) -> list[str]:
-    """`flashdraft train` arguments for the pod.
-
-    A packaged recipe travels by name. A recipe file on the launching machine does not exist in the
-    pod, so its values travel as `key=value` overrides. The user's overrides follow and win; the
-    output dir on the shared volume comes last.
-    """
-    args: list[str] = []
-    if recipe is not None:
-        path = recipe_path(recipe)
-        if path.parent == RECIPES_DIR:
-            args += ["--config", path.stem if Path(recipe).suffix else recipe]
-        else:
-            args += [f"{key}={yaml_value(value)}" for key, value in _flatten(read_yaml(path))]
-    return args + list(overrides) + [f"train.output_dir={output_dir}"]
-
-
-def check_train_arguments(args: list[str]) -> None:
-    """Load the config exactly as the pod's `flashdraft train` will: a typo fails here, not in the pod."""
-    if args[:1] == ["--config"]:
-        load_config(args[1], args[2:])
-    else:
-        load_config(None, args)
+ELASTIC_MAX_RESTARTS = 3  # rendezvous restarts of an elastic PyTorchJob
+IMAGE_USER = 1000  # the user of the project images (images/*/Dockerfile)
 
 
 def training_command(spec: LaunchSpec) -> list[str]:
-    # --no-python: run the `flashdraft` console script itself in each process.
-    return [
-        "torchrun",
-        "--no-python",
-        "flashdraft",
-        "train",
-        *train_arguments(spec.recipe, spec.overrides, spec.resolved_output_dir),
-    ]
+    # The image's own torchrun and console script (not this machine's interpreter, as in local.py), which
+    # takes the rendezvous from the operator's PET_* variables; --no-python: run `flashdraft` itself.
+    return ["torchrun", "--no-python", "flashdraft", *spec.command_args]
 
 
 def _env(spec: LaunchSpec) -> list[dict]:
@@ -107,12 +52,12 @@ def _env(spec: LaunchSpec) -> list[dict]:
 def _resources(spec: LaunchSpec) -> dict:
     limits: dict[str, str] = {}
     requests: dict[str, str] = {}
-    if spec.gpus_per_node > 0:
-        limits[spec.gpu_resource] = str(spec.gpus_per_node)
-    if spec.cpu:
-        requests["cpu"] = spec.cpu
-    if spec.memory:
-        requests["memory"] = limits["memory"] = spec.memory
+    if spec.launch.gpus_per_node > 0:
+        limits[spec.launch.gpu_resource] = str(spec.launch.gpus_per_node)
+    if spec.launch.cpu:
+        requests["cpu"] = spec.launch.cpu
+    if spec.launch.memory:
+        requests["memory"] = limits["memory"] = spec.launch.memory
     out: dict[str, dict] = {}
     if limits:
         out["limits"] = limits
@@ -125,7 +70,7 @@ def _volumes(spec: LaunchSpec) -> tuple[list[dict], list[dict]]:
     volumes = [
         {"name": "scratch", "emptyDir": {}},
         # NCCL and DataLoader workers need a /dev/shm larger than the runtime's 64 MiB default.
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.launch.shm_size}},
     ]
     mounts = [{"name": "scratch", "mountPath": SCRATCH}, {"name": "dshm", "mountPath": "/dev/shm"}]
     for i, pvc in enumerate(spec.pvcs):
@@ -137,29 +82,33 @@ def _volumes(spec: LaunchSpec) -> tuple[list[dict], list[dict]]:
     return volumes, mounts
 
 
+# The Pod Security Standards' "restricted" profile, for the pod and for its container.
+POD_SECURITY = {"runAsNonRoot": True, "runAsUser": IMAGE_USER, "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
 def _pod_scheduling(spec: LaunchSpec) -> dict:
-    out: dict[str, Any] = {"securityContext": {"runAsNonRoot": True}}
-    if spec.tolerations:
-        out["tolerations"] = [dict(t) for t in spec.tolerations]
-    if spec.node_selector:
-        out["nodeSelector"] = dict(spec.node_selector)
-    if spec.service_account:
-        out["serviceAccountName"] = spec.service_account
-    if spec.image_pull_secrets:
-        out["imagePullSecrets"] = [{"name": n} for n in spec.image_pull_secrets]
+    out: dict[str, Any] = {"securityContext": copy.deepcopy(POD_SECURITY)}
+    if spec.launch.tolerations:
+        out["tolerations"] = [dict(t) for t in spec.launch.tolerations]
+    if spec.launch.node_selector:
+        out["nodeSelector"] = dict(spec.launch.node_selector)
+    if spec.launch.service_account:
+        out["serviceAccountName"] = spec.launch.service_account
+    if spec.launch.image_pull_secrets:
+        out["imagePullSecrets"] = [{"name": n} for n in spec.launch.image_pull_secrets]
     return out
 
 
-def _metadata(spec: LaunchSpec, owner: dict | None) -> dict:
+def _job(api_version: str, kind: str, spec: LaunchSpec, owner: dict | None, body: dict) -> dict:
     meta: dict[str, Any] = {"name": spec.name, "namespace": spec.namespace, "labels": dict(APP_LABELS)}
     if owner is not None:
         meta["ownerReferences"] = [owner]
-    return meta
+    return {"apiVersion": api_version, "kind": kind, "metadata": meta, "spec": body}
 
 
 def build_pytorchjob(spec: LaunchSpec, owner: dict | None = None) -> dict:
     """A PyTorchJob: one Master and `nodes - 1` Workers, each one node with `procs` processes."""
-    spec.validate()
     volumes, mounts = _volumes(spec)
     container = {
         "name": PYTORCH_CONTAINER,
@@ -168,7 +117,7 @@ def build_pytorchjob(spec: LaunchSpec, owner: dict | None = None) -> dict:
         "env": _env(spec),
         "ports": [{"name": "pytorchjob-port", "containerPort": PYTORCHJOB_PORT}],
         "volumeMounts": mounts,
-        "securityContext": {"allowPrivilegeEscalation": False},
+        "securityContext": copy.deepcopy(CONTAINER_SECURITY),
     }
     resources = _resources(spec)
     if resources:
@@ -178,46 +127,43 @@ def build_pytorchjob(spec: LaunchSpec, owner: dict | None = None) -> dict:
         "spec": {"containers": [container], "volumes": volumes, **_pod_scheduling(spec)},
     }
     replicas = {"Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template}}
-    if spec.nodes > 1:
+    if spec.launch.nodes > 1:
         replicas["Worker"] = {
-            "replicas": spec.nodes - 1,
+            "replicas": spec.launch.nodes - 1,
             "restartPolicy": "OnFailure",
             "template": copy.deepcopy(template),
         }
     # Pods are kept after the job ends so failed ones can be inspected; deleting the job removes them.
-    run_policy: dict[str, Any] = {"backoffLimit": spec.backoff_limit, "cleanPodPolicy": "None"}
-    if spec.active_deadline_s:
-        run_policy["activeDeadlineSeconds"] = spec.active_deadline_s
+    # The cluster enforces the launcher's timeout too, so the job stops even if the launcher dies first.
+    run_policy = {
+        "backoffLimit": spec.launch.backoff_limit,
+        "cleanPodPolicy": "None",
+        "activeDeadlineSeconds": math.ceil(spec.launch.timeout_s),
+    }
     job_spec: dict[str, Any] = {
         "runPolicy": run_policy,
-        "nprocPerNode": str(spec.procs),
+        "nprocPerNode": str(spec.launch.procs),
         "pytorchReplicaSpecs": replicas,
     }
-    if spec.elastic_min_nodes is not None:
+    if spec.launch.elastic_min_nodes is not None:
         job_spec["elasticPolicy"] = {
             "rdzvBackend": "c10d",
-            "minReplicas": spec.elastic_min_nodes,
-            "maxReplicas": spec.nodes,
-            "maxRestarts": spec.max_restarts,
+            "minReplicas": spec.launch.elastic_min_nodes,
+            "maxReplicas": spec.launch.nodes,
+            "maxRestarts": ELASTIC_MAX_RESTARTS,
         }
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": _metadata(spec, owner),
-        "spec": job_spec,
-    }
+    return _job("kubeflow.org/v1", "PyTorchJob", spec, owner, job_spec)
 
 
 def build_trainjob(spec: LaunchSpec, owner: dict | None = None) -> dict:
     """A TrainJob on our ClusterTrainingRuntime; pod-level settings go in as a runtime patch."""
-    spec.validate()
     volumes, mounts = _volumes(spec)
     trainer: dict[str, Any] = {
         "image": spec.image,
         "command": training_command(spec),
         "env": _env(spec),
-        "numNodes": spec.nodes,
-        "numProcPerNode": spec.procs,
+        "numNodes": spec.launch.nodes,
+        "numProcPerNode": spec.launch.procs,
     }
     resources = _resources(spec)
     if resources:
@@ -227,14 +173,16 @@ def build_trainjob(spec: LaunchSpec, owner: dict | None = None) -> dict:
             {
                 "name": TRAINJOB_CONTAINER,
                 "volumeMounts": mounts,
-                "securityContext": {"allowPrivilegeEscalation": False},
+                "securityContext": copy.deepcopy(CONTAINER_SECURITY),
             }
         ],
         "volumes": volumes,
         **_pod_scheduling(spec),
     }
     job_spec: dict[str, Any] = {
-        "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": spec.runtime},
+        "runtimeRef": {
+            "apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": spec.launch.runtime
+        },
         "trainer": trainer,
         "runtimePatches": [
             {
@@ -253,16 +201,10 @@ def build_trainjob(spec: LaunchSpec, owner: dict | None = None) -> dict:
                 },
             }
         ],
+        "activeDeadlineSeconds": math.ceil(spec.launch.timeout_s),
     }
-    if spec.active_deadline_s:
-        job_spec["activeDeadlineSeconds"] = spec.active_deadline_s
-    return {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": _metadata(spec, owner),
-        "spec": job_spec,
-    }
+    return _job("trainer.kubeflow.org/v1alpha1", "TrainJob", spec, owner, job_spec)
 
 
 def build_job(spec: LaunchSpec, owner: dict | None = None) -> dict:
-    return build_pytorchjob(spec, owner) if spec.backend == "pytorchjob" else build_trainjob(spec, owner)
+    return build_pytorchjob(spec, owner) if spec.launch.backend == "pytorchjob" else build_trainjob(spec, owner)

@@ -23,7 +23,8 @@ CLEANUP_POLICIES = ("on-success", "always", "never")
 
 
 class JobFailedError(UserError):
-    """The job ran and failed, or cannot start; the message carries the pods' causes."""
+    """Training ran and failed (a job, or torchrun here), or its job cannot start; the message carries the
+    causes."""
 
 
 class JobStuckError(JobFailedError):
@@ -40,7 +41,6 @@ class JobResult:
     namespace: str
     kind: str
     state: str
-    output_dir: str
     seconds: float
     log_lines: int = 0
     problems: list[str] = field(default_factory=list)
@@ -152,7 +152,6 @@ class JobWatch:
                         namespace=self.namespace,
                         kind=self.kind,
                         state=state,
-                        output_dir="",
                         seconds=time.monotonic() - start,
                         log_lines=follower.lines,
                         problems=[p.text for p in problems],

@@ -94,22 +94,12 @@ class DFlashDecoderLayer(nn.Module):
         self.input_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        context: torch.Tensor,
-        position_embeddings: tuple[torch.Tensor, torch.Tensor],
-        attention_mask: torch.Tensor | BlockMask | None,
-        past_key_values: Cache | None,
-    ) -> torch.Tensor:
+    def forward(self, hidden_states: torch.Tensor, context: torch.Tensor,
+                position_embeddings: tuple[torch.Tensor, torch.Tensor],
+                attention_mask: torch.Tensor | BlockMask | None, past_key_values: Cache | None) -> torch.Tensor:
         # The context features enter un-normalised by this layer: z-lab normalises them once (hidden_norm).
         hidden_states = hidden_states + self.self_attn(
-            self.input_layernorm(hidden_states),
-            context,
-            position_embeddings,
-            attention_mask,
-            past_key_values,
-        )
+            self.input_layernorm(hidden_states), context, position_embeddings, attention_mask, past_key_values)
         return hidden_states + self.mlp(self.post_attention_layernorm(hidden_states))
 
 

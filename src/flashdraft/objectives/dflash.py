@@ -12,24 +12,21 @@ global number of supervised slots.
 from __future__ import annotations
 
 import hashlib
-import logging
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import nn
 
-from flashdraft.target.frozen import FrozenTarget, decoder_layers
-from flashdraft.target.source import check_draft_fits
 from flashdraft.config import Config
 from flashdraft.data import Batch
 from flashdraft.errors import UserError
-from flashdraft.model import DFlashDraftConfig, DFlashDraftModel
+from flashdraft.model import DFlashDraftConfig
+from flashdraft.model.build import initial_draft_config
 from flashdraft.objectives.block_mask import FLEX_BLOCK, dense_mask, flex_block_mask
 from flashdraft.objectives.chunked_ce import linear_cross_entropy
-from flashdraft.objectives.flops import TargetFlops, draft_train_flops
-
-log = logging.getLogger(__name__)
+from flashdraft.objectives.flops import DecoderFlops, draft_train_flops
+from flashdraft.target.frozen import FrozenTarget, decoder_layers
+from flashdraft.target.source import check_draft_fits
 
 # The paper's decay constants; other block sizes interpolate linearly between them (see decay_gamma).
 GAMMA_POINTS = ((8, 4.0), (10, 5.0), (16, 7.0))
@@ -83,36 +80,27 @@ class DFlashPrepared:
         return int(self.label_mask.sum())
 
 
-class DFlashStrategy:
+class DFlashObjective:
     name = "dflash"
+    bidirectional = False
 
     def __init__(self, config: Config, draft_config: DFlashDraftConfig, target_config):
         self.config = config
         self.draft_config = draft_config
         self.target_config = target_config
+        self.mask_token_id = draft_config.mask_token_id
         self.block_size = draft_config.block_size
         self.num_anchors = config.objective.num_anchors
         self.gamma = config.objective.gamma or decay_gamma(self.block_size)
         self.weights = slot_weights(self.block_size, self.gamma)
         self.target: FrozenTarget | None = None
+        self.target_flops: DecoderFlops | None = None
         self.use_flex = False
-        self.compute_dtype = torch.float32  # build() picks bf16 on GPUs
-        self._target_flops: TargetFlops | None = None
+        self.compute_dtype = torch.float32  # use_device picks bf16 on GPUs
 
     @classmethod
-    def plan(cls, config: Config, target_config, tokenizer) -> DFlashStrategy:
-        init_from = config.draft.init_from
-        if init_from:
-            if not (Path(init_from) / "config.json").is_file():
-                raise UserError(
-                    f"draft.init_from: {init_from!r} is not a draft folder (no config.json); "
-                    "write one with `flashdraft draft-init` or leave draft.init_from out"
-                )
-            draft_config = DFlashDraftConfig.from_pretrained(init_from)
-        else:
-            from flashdraft.stages.draft_init import build_draft_config
-
-            draft_config = build_draft_config(config.draft, target_config, tokenizer)
+    def plan(cls, config: Config, target_config, tokenizer) -> DFlashObjective:
+        draft_config = initial_draft_config(config.draft, target_config, tokenizer)
         check_draft_fits(draft_config, target_config)
         return cls(config, draft_config, target_config)
 
@@ -120,16 +108,26 @@ class DFlashStrategy:
     def min_supervised_tokens(self) -> int:
         return 2 * self.block_size
 
-    def flex_on(self, device: torch.device) -> bool:
-        """Whether the draft's attention is compiled FlexAttention on `device` (objective.attention)."""
+    def use_device(self, device: torch.device) -> None:
+        """FlexAttention where objective.attention asks for it (auto: on CUDA); the draft computes in bf16
+        on a GPU (FSDP2's mixed-precision policy) and fp32 elsewhere, and the target's features, embeddings
+        and head are cast to that, whatever the target's dtype."""
         choice = self.config.objective.attention
-        return choice == "flex" or (choice == "auto" and device.type == "cuda")
+        self.use_flex = choice == "flex" or (choice == "auto" and device.type == "cuda")
+        if self.use_flex and device.type != "cuda":
+            raise UserError(
+                "objective.attention=flex needs a CUDA device (FlexAttention has no backward on CPU); "
+                "use objective.attention=sdpa or auto"
+            )
+        self.compute_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
 
-    def compiles(self, device: torch.device) -> bool:
-        """Whether the draft runs compiled code on `device` (FlexAttention or strategy.compile_layers)."""
-        return self.flex_on(device) or self.config.objective.compile_layers
+    @property
+    def compiles(self) -> bool:
+        """FlexAttention or objective.compile_layers."""
+        return self.use_flex or self.config.objective.compile_layers
 
-    def pad_multiple(self, device: torch.device) -> int:
+    @property
+    def pad_multiple(self) -> int:
         """data.pad_to_multiple, raised to whole FlexAttention blocks where the draft is compiled.
 
         Every new padded length compiles the draft again (tens of seconds each), so with no padding a
@@ -137,47 +135,15 @@ class DFlashStrategy:
         128-token blocks anyway: padding to them costs the draft nothing.
         """
         pad = self.config.data.pad_to_multiple
-        return -(-pad // FLEX_BLOCK) * FLEX_BLOCK if self.compiles(device) else pad
+        return -(-pad // FLEX_BLOCK) * FLEX_BLOCK if self.compiles else pad
 
-    def build(self, device: torch.device) -> nn.Module:
-        """Load the frozen target onto `device` and make the draft (fp32 master weights)."""
-        self.use_flex = self.flex_on(device)
-        # The draft computes in bf16 on a GPU (FSDP2's mixed-precision policy) and fp32 elsewhere; the
-        # target's features, embeddings and head are cast to that, whatever the target's dtype.
-        self.compute_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-        if self.use_flex and device.type != "cuda":
-            raise UserError(
-                "objective.attention=flex needs a CUDA device (FlexAttention has no backward on CPU); "
-                "use objective.attention=sdpa or auto"
-            )
-        if self.compiles(device):
-            # One compiled graph per padded sequence length (pad_multiple buckets); the default limit
-            # of 8 would fall back to the slow path on a longer tail of lengths.
-            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-        t = self.config.target
-        self.target = FrozenTarget.load(
-            t.name_or_path,
-            dtype=getattr(torch, t.dtype),
-            device=device,
-            attn_implementation=t.attn_implementation,
-            trust_remote_code=t.trust_remote_code,
-            fast_path_required=t.require_fast_path,
-        )
-        if self.config.draft.init_from:
-            draft = DFlashDraftModel.from_pretrained(self.config.draft.init_from, dtype=torch.float32)
-        else:
-            torch.manual_seed(self.config.draft.seed)
-            draft = DFlashDraftModel(self.draft_config)
-        draft = draft.float().to(device).train()
-        if self.config.objective.compile_layers:
-            draft.compile_layers()
-        return draft
-
-    def shard_units(self, model: nn.Module) -> list[nn.Module]:
-        return list(model.layers)
-
-    def frozen_shard_units(self) -> list[nn.Module]:
-        return list(decoder_layers(self.target.model))
+    def bind(self, model: nn.Module, target: FrozenTarget | None) -> None:
+        if target is None:
+            raise ValueError("the dflash objective trains a draft against a frozen target; bind one")
+        self.target = target
+        # Only the layers through the last tap run (FrozenTarget.context_features).
+        last = max(self.draft_config.target_layer_ids)
+        self.target_flops = DecoderFlops(decoder_layers(target.model)[: last + 1], self.target_config)
 
     # -- one step ------------------------------------------------------------------------------
     def prepare(self, batch: Batch, step: int) -> DFlashPrepared:
@@ -190,7 +156,8 @@ class DFlashStrategy:
             positions = valid_anchor_positions(batch.loss_mask[row].bool(), int(lengths[row]), size)
             if len(positions) == 0:
                 continue
-            gen = torch.Generator().manual_seed(sample_seed(self.config.train.seed, step, int(batch.sample_ids[row])))
+            gen = torch.Generator().manual_seed(
+                sample_seed(self.config.train.seed, step, int(batch.sample_ids[row])))
             chosen = positions[torch.randperm(len(positions), generator=gen)[:count]].sort().values
             anchors[row, : len(chosen)] = chosen
             block_valid[row, : len(chosen)] = True
@@ -291,14 +258,10 @@ class DFlashStrategy:
     def flops(self, prepared: DFlashPrepared) -> float:
         batch = prepared.batch
         lengths = batch.attention_mask.sum(dim=1)
-        if self._target_flops is None:
-            # Only the layers through the last tap run (FrozenTarget.context_features).
-            last = max(self.draft_config.target_layer_ids)
-            self._target_flops = TargetFlops(decoder_layers(self.target.model)[: last + 1], self.target_config)
         blocks = float(prepared.block_valid.sum())
         size = self.block_size
         visible = float((prepared.anchors * prepared.block_valid).sum()) * size + blocks * size * size
-        return self._target_flops(lengths) + draft_train_flops(
+        return self.target_flops(lengths) + draft_train_flops(
             self.draft_config,
             self.target_config.vocab_size,
             context_tokens=float(lengths.sum()),
@@ -306,15 +269,3 @@ class DFlashStrategy:
             visible_keys=visible,
             supervised_slots=float(prepared.num_targets),
         )
-
-    def export(self, state_dict: dict[str, torch.Tensor], path: Path, recipe: str | None) -> None:
-        """The trained draft as an HF folder in the z-lab format, in the target's dtype."""
-        from flashdraft.stages.draft_init import model_card, write_atomically
-
-        draft = DFlashDraftModel(self.draft_config)
-        draft.load_state_dict(state_dict)
-        draft.to(getattr(torch, self.config.target.dtype))
-        n_params = sum(p.numel() for p in draft.parameters())
-        card = model_card(self.draft_config, self.config.target.name_or_path, recipe, n_params)
-        write_atomically(draft, path, card.replace("freshly initialised until trained (`flashdraft train`)",
-                                                    "trained with `flashdraft train`"))

@@ -1,11 +1,14 @@
-"""Useful FLOPs of a DFlash training step (matmuls only), for MFU.
+"""Useful FLOPs of a training step (matmuls only), for MFU: every objective counts here.
 
-Counted: the target's forward through its last tapped layer over the real tokens (active parameters: routed experts scaled by
-top-k / experts; causal attention scores), the draft's forward and backward (3x the forward for trained
-weights, 2x where only a weight gradient is needed, i.e. `fc` over frozen features), the sparse
-attention actually allowed by the block mask, and the LM head over supervised slots (forward + the
-gradient of the hidden states; the head is frozen). Not counted: norms, activations, softmax, and
-Mamba-2 scans (their projections are counted), so MFU is a slight underestimate.
+dflash: the target's forward through its last tapped layer over the real tokens (active parameters:
+routed experts scaled by top-k / experts; causal attention scores), the draft's forward and backward (3x
+the forward for trained weights, 2x where only a weight gradient is needed, i.e. `fc` over frozen
+features), the sparse attention actually allowed by the block mask, and the LM head over supervised
+slots (forward + the gradient of the hidden states; the head is frozen).
+mdlm / hybrid: forward (bidirectional, and causal for hybrid) of the whole LM with its head over every
+position, times 3 for the backward.
+Not counted: norms, activations, softmax, and Mamba-2 scans (their projections are counted), so MFU is
+a slight underestimate.
 """
 
 from __future__ import annotations
@@ -39,8 +42,8 @@ def active_params(layers: nn.ModuleList, config) -> float:
     return total
 
 
-class TargetFlops:
-    """Forward FLOPs of a target's decoder layers (its parameter count is read once)."""
+class DecoderFlops:
+    """Forward FLOPs of a stack of decoder layers (its parameter count is read once)."""
 
     def __init__(self, layers: nn.ModuleList, config):
         self.params = active_params(layers, config)
@@ -48,12 +51,19 @@ class TargetFlops:
         self.heads = config.num_attention_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
 
-    def __call__(self, lengths: torch.Tensor) -> float:
+    def __call__(self, lengths: torch.Tensor, *, causal: bool = True) -> float:
         """FLOPs over sequences of `lengths` real tokens."""
-        # QK^T and PV, causal: about len^2 / 2 scores per head and layer.
-        scores = float((lengths.double() ** 2 / 2).sum())
+        # QK^T and PV: len^2 scores per head and layer, about half of them when causal.
+        scores = float((lengths.double() ** 2).sum()) * (0.5 if causal else 1.0)
         attention = 2 * 2 * self.heads * self.head_dim * scores * self.attention_layers
         return 2 * self.params * float(lengths.sum()) + attention
+
+
+def lm_forward_flops(layers: DecoderFlops, model_config, lengths: torch.Tensor, *, causal: bool) -> float:
+    """One forward of a whole LM over sequences of `lengths` tokens: its decoder layers and its head over
+    every position."""
+    head = 2 * model_config.hidden_size * model_config.vocab_size * float(lengths.sum())
+    return layers(lengths, causal=causal) + head
 
 
 def draft_train_flops(

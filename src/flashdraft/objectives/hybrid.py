@@ -23,12 +23,13 @@ from torch.nn import functional as F
 
 from flashdraft.config import Config
 from flashdraft.data import Batch
-from flashdraft.objectives.mdlm import MaskedPrepared, MDLMStrategy
+from flashdraft.objectives.flops import lm_forward_flops
+from flashdraft.objectives.mdlm import MaskedPrepared, MDLMObjective
 
 
-class HybridStrategy(MDLMStrategy):
+class HybridObjective(MDLMObjective):
     name = "hybrid"
-    bidirectional_export = False  # used both ways: the export keeps the model's own attention
+    bidirectional = False  # used both ways: the export keeps the model's own attention
 
     def __init__(self, config: Config, model_config, mask_token_id: int):
         super().__init__(config, model_config, mask_token_id)
@@ -36,7 +37,7 @@ class HybridStrategy(MDLMStrategy):
         self.block = config.objective.mask_block_size if config.objective.masking == "block" else None
 
     @classmethod
-    def plan(cls, config: Config, target_config, tokenizer) -> HybridStrategy:
+    def plan(cls, config: Config, target_config, tokenizer) -> HybridObjective:
         # Causal models are fine here: the autoregressive term keeps what they already do.
         return cls(config, target_config, cls.check(config, target_config, tokenizer))
 
@@ -89,4 +90,5 @@ class HybridStrategy(MDLMStrategy):
 
     def flops(self, prepared: MaskedPrepared) -> float:
         lengths = prepared.batch.attention_mask.sum(dim=1)
-        return 3 * (self.forward_flops(lengths, causal=False) + self.forward_flops(lengths, causal=True))
+        return 3 * sum(lm_forward_flops(self.layer_flops, self.model_config, lengths, causal=causal)
+                       for causal in (False, True))

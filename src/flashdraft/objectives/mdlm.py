@@ -18,10 +18,6 @@ earlier export), trained in full and exported with save_pretrained (plus its tok
 
 from __future__ import annotations
 
-import logging
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,15 +25,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from flashdraft.target.frozen import FrozenTarget, decoder_layers
-from flashdraft.target.source import load_tokenizer
 from flashdraft.config import Config
 from flashdraft.data import Batch
 from flashdraft.errors import UserError
 from flashdraft.objectives.dflash import sample_seed
-from flashdraft.objectives.flops import TargetFlops
-
-log = logging.getLogger(__name__)
+from flashdraft.objectives.flops import DecoderFlops, lm_forward_flops
+from flashdraft.target.frozen import FrozenTarget, decoder_layers
 
 # Model types whose own attention is bidirectional (diffusion LMs); configs with `is_causal: false` count too.
 BIDIRECTIONAL_MODEL_TYPES = frozenset({"llada", "llada_moe", "llada2_moe", "dream"})
@@ -51,14 +44,15 @@ def is_bidirectional(model_config) -> bool:
     )
 
 
-def resolve_mask_token(config: Config, model_config, tokenizer) -> int:
-    """objective.mask_token_id, else the tokenizer's mask token; an error naming the fix when neither exists."""
+def diffusion_mask_token(config: Config, model_config, tokenizer) -> int:
+    """objective.mask_token_id, else the tokenizer's mask token (a diffusion LM was trained with its own);
+    an error naming the fix when neither exists."""
     mask_id = config.objective.mask_token_id
     if mask_id is None:
         mask_id = getattr(tokenizer, "mask_token_id", None)
     if mask_id is None:
         raise UserError(
-            f"strategy {config.objective.name}: no mask token: objective.mask_token_id is not set and the tokenizer "
+            f"objective {config.objective.name}: no mask token: objective.mask_token_id is not set and the tokenizer "
             f"of {config.target.name_or_path} has none; set objective.mask_token_id=<the model's [MASK] id> "
             "(LLaDA2.x: 156895)"
         )
@@ -97,10 +91,12 @@ class MaskedPrepared:
                               self.mask_prob.to(device), self.supervised.to(device))
 
 
-class MDLMStrategy:
+class MDLMObjective:
     name = "mdlm"
+    draft_config = None  # trains the LM itself
+    bidirectional = True
     min_supervised_tokens = 1
-    bidirectional_export = True
+    compiles = False
 
     def __init__(self, config: Config, model_config, mask_token_id: int):
         self.config = config
@@ -109,30 +105,30 @@ class MDLMStrategy:
         self.eps = config.objective.mdlm_eps
         self.attention = config.target.attn_implementation
         self.device = torch.device("cpu")
-        self.layer_flops: TargetFlops | None = None
+        self.layer_flops: DecoderFlops | None = None
 
     @classmethod
     def check(cls, config: Config, model_config, tokenizer) -> int:
-        """Checks shared by the diffusion strategies; returns the mask token id."""
+        """Checks shared by the diffusion objectives; returns the mask token id."""
         if config.target.attn_implementation not in MASKED_ATTENTION:
             raise UserError(
-                f"strategy {config.objective.name} gives the model an explicit 4D attention mask, which "
+                f"objective {config.objective.name} gives the model an explicit 4D attention mask, which "
                 f"target.attn_implementation={config.target.attn_implementation!r} does not take; "
                 "set target.attn_implementation=sdpa (or eager)"
             )
         if config.draft.init_from and not (Path(config.draft.init_from) / "config.json").is_file():
             raise UserError(
                 f"draft.init_from: {config.draft.init_from!r} is not a model folder (no config.json); give an "
-                f"earlier export of strategy {config.objective.name} or leave draft.init_from out"
+                f"earlier export of objective {config.objective.name} or leave draft.init_from out"
             )
-        return resolve_mask_token(config, model_config, tokenizer)
+        return diffusion_mask_token(config, model_config, tokenizer)
 
     @classmethod
-    def plan(cls, config: Config, target_config, tokenizer) -> MDLMStrategy:
+    def plan(cls, config: Config, target_config, tokenizer) -> MDLMObjective:
         mask_id = cls.check(config, target_config, tokenizer)
         if not is_bidirectional(target_config) and not config.objective.allow_causal_model:
             raise UserError(
-                f"strategy mdlm needs a bidirectional (diffusion) model, and {config.target.name_or_path} is a "
+                f"objective mdlm needs a bidirectional (diffusion) model, and {config.target.name_or_path} is a "
                 f"causal-only {target_config.model_type!r} model: MDLM denoises masked tokens from both sides, "
                 "which such a model was never trained to do. Use a diffusion LM (e.g. inclusionAI/LLaDA2.1-mini), "
                 "objective.name=hybrid to keep an autoregressive loss, or objective.allow_causal_model=true to "
@@ -141,31 +137,15 @@ class MDLMStrategy:
         return cls(config, target_config, mask_id)
 
     # -- model -----------------------------------------------------------------------------------
-    def pad_multiple(self, device: torch.device) -> int:
+    def use_device(self, device: torch.device) -> None:
+        self.device = device
+
+    @property
+    def pad_multiple(self) -> int:
         return self.config.data.pad_to_multiple
 
-    def build(self, device: torch.device) -> nn.Module:
-        """The LM to train, fp32 master weights, from draft.init_from (an earlier export) or the target."""
-        t = self.config.target
-        source = self.config.draft.init_from or t.name_or_path
-        # Loaded in target.dtype and upcast on the device: each rank's host holds the checkpoint's size only.
-        model = FrozenTarget.load(
-            source,
-            dtype=getattr(torch, t.dtype),
-            device=device,
-            attn_implementation=t.attn_implementation,
-            trust_remote_code=t.trust_remote_code,
-        ).model.float()
-        model.config.use_cache = False
-        self.device = device
-        self.layer_flops = TargetFlops(decoder_layers(model), self.model_config)
-        return model.requires_grad_(True).train()
-
-    def shard_units(self, model: nn.Module) -> list[nn.Module]:
-        return list(decoder_layers(model))
-
-    def frozen_shard_units(self) -> list[nn.Module]:
-        return []
+    def bind(self, model: nn.Module, target: FrozenTarget | None) -> None:
+        self.layer_flops = DecoderFlops(decoder_layers(model), self.model_config)
 
     def logits(self, model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
                causal: bool) -> torch.Tensor:
@@ -187,7 +167,8 @@ class MDLMStrategy:
         masked = torch.zeros(n, seq_len, dtype=torch.bool)
         probs = torch.zeros(n, seq_len)
         for row, length in enumerate(batch.attention_mask.sum(dim=1).tolist()):
-            gen = torch.Generator().manual_seed(sample_seed(self.config.train.seed, step, int(batch.sample_ids[row])))
+            gen = torch.Generator().manual_seed(
+                sample_seed(self.config.train.seed, step, int(batch.sample_ids[row])))
             p = self.mask_probabilities(int(length), gen)
             draws = torch.rand(int(length), generator=gen)
             probs[row, :length] = p
@@ -229,53 +210,5 @@ class MDLMStrategy:
         }
 
     def flops(self, prepared: MaskedPrepared) -> float:
-        return 3 * self.forward_flops(prepared.batch.attention_mask.sum(dim=1), causal=False)
-
-    def forward_flops(self, lengths: torch.Tensor, *, causal: bool) -> float:
-        """Matmul FLOPs of one forward over sequences of `lengths` tokens, LM head over every position."""
-        f = self.layer_flops
-        tokens = float(lengths.sum())
-        scores = float((lengths.double() ** 2).sum()) * (0.5 if causal else 1.0)
-        attention = 2 * 2 * f.heads * f.head_dim * scores * f.attention_layers
-        head = 2 * self.model_config.hidden_size * self.model_config.vocab_size * tokens
-        return 2 * f.params * tokens + attention + head
-
-    def export(self, state_dict: dict[str, torch.Tensor], path: Path, recipe: str | None) -> None:
-        """The trained LM as an HF folder (save_pretrained, in target.dtype) with the tokenizer."""
-        from transformers import AutoModelForCausalLM
-
-        t = self.config.target
-        with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(self.model_config, trust_remote_code=t.trust_remote_code)
-        model.load_state_dict(state_dict, strict=False, assign=True)
-        model.tie_weights()
-        missing = [name for name, p in model.named_parameters() if p.is_meta]
-        if missing:
-            raise RuntimeError(f"export: the trained state has no values for {missing[:5]}")
-        model.to(getattr(torch, t.dtype))
-        model.config.use_cache = True
-        if self.bidirectional_export:  # so that plain transformers runs it as it was trained (is_causal=False)
-            model.config.is_causal = False
-        tokenizer = load_tokenizer(self.config.draft.init_from or t.name_or_path,
-                                           trust_remote_code=t.trust_remote_code)
-        card = (f"# {path.name}\n\n`{self.name}` fine-tune of `{t.name_or_path}`"
-                f"{f' (recipe `{recipe}`)' if recipe else ''}, trained with `flashdraft train`. "
-                f"Mask token id: {self.mask_token_id}.\n")
-        write_model_atomically(model, tokenizer, path, card)
-
-
-def write_model_atomically(model: nn.Module, tokenizer, output: Path, card: str) -> None:
-    """save_pretrained (model + tokenizer) into a temp folder beside `output`, then rename."""
-    output = Path(output).resolve()
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
-    try:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        (tmp / "README.md").write_text(card)
-        if output.exists():
-            shutil.rmtree(output)
-        os.replace(tmp, output)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        lengths = prepared.batch.attention_mask.sum(dim=1)
+        return 3 * lm_forward_flops(self.layer_flops, self.model_config, lengths, causal=False)

@@ -6,6 +6,8 @@ STAGES: dict[str, tuple[str, str]] = {
     "draft-init": ("flashdraft.stages.draft_init", "write a fresh DFlash draft checkpoint for a target"),
     "warmup": ("flashdraft.stages.warmup",
                "materialise and check the target, regenerate training answers with it"),
+    "prepare-data": ("flashdraft.stages.prepare_data",
+                     "tokenise the training data once, on a CPU, into the cache the trainer reads"),
     "train": ("flashdraft.stages.train", "train a draft against the frozen target (alone or under torchrun)"),
     "evaluate": ("flashdraft.stages.evaluate",
                  "tau, speedup and losslessness of a draft on benchmarks, with baselines"),

@@ -45,8 +45,11 @@ def add_config_arguments(parser: argparse.ArgumentParser, flags: Sequence[Flag] 
     parser.add_argument("--config", metavar="RECIPE",
                         help="recipe name (e.g. smollm2_135m) or YAML file; any config section may be set there")
     for flag in flags:
+        options = dict(flag.options)
+        if options.get("action") is None:
+            options.setdefault("metavar", flag.key.rpartition(".")[2].upper())
         parser.add_argument(flag.name, dest=_PREFIX + flag.key, default=argparse.SUPPRESS,
-                            help=f"{flag.help} (= {flag.key})", **flag.options)
+                            help=f"{flag.help} (= {flag.key})", **options)
     parser.add_argument("overrides", nargs="*", metavar="key=value",
                         help="config overrides, e.g. train.max_steps=100 data.train=chats.jsonl")
 

@@ -23,8 +23,9 @@ from typing import Any
 
 import yaml
 
-from flashdraft.tracking import runs as tracking
 from flashdraft.errors import UserError
+from flashdraft.files import write_text
+from flashdraft.tracking import runs as tracking
 
 log = logging.getLogger(__name__)
 
@@ -125,13 +126,20 @@ def run_local(
     return json.loads(task.output) if isinstance(task.output, str) else {"output": task.output}
 
 
-def compile_pipeline(path: str | Path, output: str | Path, env: Mapping[str, str] | None = None) -> Path:
+def compiled_yaml(pipeline) -> str:
+    """The pipeline compiled to its YAML package text."""
     from kfp import compiler
 
+    with tempfile.TemporaryDirectory() as tmp:
+        package = Path(tmp) / "pipeline.yaml"  # kfp picks the format by the suffix
+        compiler.Compiler().compile(pipeline, str(package))
+        return package.read_text()
+
+
+def compile_pipeline(path: str | Path, output: str | Path, env: Mapping[str, str] | None = None) -> Path:
+    """Compile the pipeline file `path` to `output` (written atomically)."""
     _, pipeline = load_pipeline(path, env)
-    output = Path(output)
-    compiler.Compiler().compile(pipeline, str(output))
-    return output
+    return write_text(output, compiled_yaml(pipeline))
 
 
 def _number(value: Any) -> str:

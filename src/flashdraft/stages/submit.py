@@ -10,19 +10,20 @@ from pathlib import Path
 
 import yaml
 
-from flashdraft.stages.run import compile_pipeline, load_pipeline, parse_arguments
+from flashdraft.files import write_text
+from flashdraft.stages.run import compiled_yaml, load_pipeline, parse_arguments
 
 
-def disable_caching(package: Path) -> None:
-    """Turn caching off on every task of a compiled pipeline, nested DAGs included (kfp.Client's own
+def without_caching(package: str) -> str:
+    """A compiled pipeline with caching off on every task, nested DAGs included (kfp.Client's own
     `enable_caching` override reaches only the top-level tasks, not those inside an exit handler)."""
-    documents = list(yaml.safe_load_all(package.read_text()))
+    documents = list(yaml.safe_load_all(package))
     spec = documents[0]
     dags = [spec["root"].get("dag", {})] + [c["dag"] for c in spec.get("components", {}).values() if "dag" in c]
     for dag in dags:
         for task in dag.get("tasks", {}).values():
             task["cachingOptions"] = {"enableCache": False}
-    package.write_text(yaml.safe_dump_all(documents, sort_keys=False))
+    return yaml.safe_dump_all(documents, sort_keys=False)
 
 
 def submit(
@@ -36,24 +37,25 @@ def submit(
     service_account: str | None = None,
     cache: bool = True,
     env: Mapping[str, str] | None = None,
+    output: str | Path | None = None,
 ):
     """Compile the pipeline and create a run on the Kubeflow Pipelines server at `host`.
 
     `cache=False` runs every step afresh; with True, steps cache as compiled (evaluation, promotion and
-    the MLflow steps never do).
+    the MLflow steps never do). `output`: also write the compiled pipeline there (as compiled).
     """
     import kfp
 
     _, pipeline = load_pipeline(path, env)
     arguments = parse_arguments(pipeline, items)
+    package = compiled_yaml(pipeline)
+    if output:
+        write_text(output, package)
     client = kfp.Client(host=host, namespace=namespace)
     with tempfile.TemporaryDirectory() as tmp:
-        package = Path(tmp) / "pipeline.yaml"
-        compile_pipeline(path, package, env)
-        if not cache:
-            disable_caching(package)
+        package_path = write_text(Path(tmp) / "pipeline.yaml", package if cache else without_caching(package))
         return client.create_run_from_pipeline_package(
-            str(package),
+            str(package_path),
             arguments=arguments,
             run_name=run_name,
             experiment_name=experiment,
@@ -87,11 +89,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    env = _compile_env(args)
-    if args.output:
-        compile_pipeline(args.pipeline, args.output, env)
     result = submit(args.pipeline, args.arguments, host=args.host, experiment=args.experiment,
                     run_name=args.run_name, namespace=args.namespace, service_account=args.service_account,
-                    cache=args.cache, env=env)
+                    cache=args.cache, env=_compile_env(args), output=args.output)
     print(f"submitted run {result.run_id} to {args.host} (experiment {args.experiment})")
     return 0

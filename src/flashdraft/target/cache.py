@@ -15,13 +15,12 @@ import hashlib
 import json
 import logging
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from flashdraft.target.source import resolve_source
 from flashdraft.errors import UserError
+from flashdraft.files import atomic_dir, write_json
+from flashdraft.target.source import resolve_source
 
 log = logging.getLogger(__name__)
 
@@ -136,25 +135,13 @@ def _dequantised(spec: str, gguf: Path, cache: Path) -> MaterialisedTarget:
         log.info("reusing dequantised %s from %s", gguf.name, folder)
         return MaterialisedTarget(folder, json.loads(manifest_path.read_text()))
     log.info("dequantising %s into %s (once)", gguf.name, folder)
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{digest[:12]}.", dir=cache))
-    try:
+    # A concurrent run that finished first is replaced by an identical folder.
+    with atomic_dir(folder) as tmp:
         _write_dequantised(gguf, tmp)
         manifest = {"source": spec, "kind": "gguf", "path": str(folder), "revision": None,
                     "gguf": {"file": str(gguf), "bytes": gguf.stat().st_size, "sha256": digest},
                     "files": weight_files(tmp)}
-        _with_total(manifest)
-        (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
-        try:
-            os.rename(tmp, folder)
-        except OSError:
-            if not manifest_path.is_file():  # not a concurrent run that finished first
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)
-            manifest = json.loads(manifest_path.read_text())
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        write_json(tmp / MANIFEST_NAME, _with_total(manifest))
     return MaterialisedTarget(folder, manifest)
 
 

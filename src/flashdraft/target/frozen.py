@@ -1,4 +1,5 @@
-"""The frozen target model: its decoder layers, tapped hidden states, embedding and LM head.
+"""The target model: loading it from any source, its decoder layers, tapped hidden states, embedding and
+LM head (frozen, as the DFlash trainer and decoding use it; the diffusion objectives train the loaded LM).
 
 Layer id `i` always means the OUTPUT of decoder layer `i` (transformers' `hidden_states[i + 1]`); we
 capture it with forward hooks on the decoder layers, which is also right for the last layer, where
@@ -10,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -78,6 +80,42 @@ def concat_taps(captured: dict[int, torch.Tensor], layer_ids: Sequence[int]) -> 
     return torch.cat([captured[i] for i in layer_ids], dim=-1)
 
 
+def load_causal_lm(
+    spec: str | TargetSource,
+    *,
+    dtype: torch.dtype | str = torch.bfloat16,
+    device: str | torch.device = "cpu",
+    attn_implementation: str | None = "sdpa",
+    trust_remote_code: bool = False,
+    fast_path_required: bool = False,
+) -> nn.Module:
+    """A causal LM from any target source (hub id, folder, .gguf, packaged:NAME), on `device`."""
+    from transformers import AutoModelForCausalLM
+
+    source = spec if isinstance(spec, TargetSource) else resolve_source(spec)
+    config = load_target_config(source, trust_remote_code=trust_remote_code)
+    if fast_path_required:
+        require_fast_path(config)
+    status = fast_path_status(config)
+    if status["hybrid"]:
+        log.info(
+            "hybrid target: %d recurrent layers, Mamba-2 fast path %s",
+            status["recurrent_layers"],
+            "on" if status["fast_path"] else f"OFF ({status['kernel_errors']})",
+        )
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            source.path,
+            dtype=dtype,
+            attn_implementation=attn_implementation,
+            trust_remote_code=trust_remote_code,
+            **source.hf_kwargs(),
+        )
+    except (OSError, ValueError) as err:
+        raise hub_error(source, err) from err
+    return model.to(device)
+
+
 class FrozenTarget:
     """A target LM with gradients off, handing out context features, its embedding and its head."""
 
@@ -86,40 +124,9 @@ class FrozenTarget:
         self.config = model.config.get_text_config()
 
     @classmethod
-    def load(
-        cls,
-        spec: str | TargetSource,
-        *,
-        dtype: torch.dtype | str = torch.bfloat16,
-        device: str | torch.device = "cpu",
-        attn_implementation: str | None = "sdpa",
-        trust_remote_code: bool = False,
-        fast_path_required: bool = False,
-    ) -> FrozenTarget:
-        from transformers import AutoModelForCausalLM
-
-        source = spec if isinstance(spec, TargetSource) else resolve_source(spec)
-        config = load_target_config(source, trust_remote_code=trust_remote_code)
-        if fast_path_required:
-            require_fast_path(config)
-        status = fast_path_status(config)
-        if status["hybrid"]:
-            log.info(
-                "hybrid target: %d recurrent layers, Mamba-2 fast path %s",
-                status["recurrent_layers"],
-                "on" if status["fast_path"] else f"OFF ({status['kernel_errors']})",
-            )
-        try:
-            model = AutoModelForCausalLM.from_pretrained(
-                source.path,
-                dtype=dtype,
-                attn_implementation=attn_implementation,
-                trust_remote_code=trust_remote_code,
-                **source.hf_kwargs(),
-            )
-        except (OSError, ValueError) as err:
-            raise hub_error(source, err) from err
-        return cls(model.to(device))
+    def load(cls, spec: str | TargetSource, **options: Any) -> FrozenTarget:
+        """The target of `spec`, frozen; `options` as for `load_causal_lm`."""
+        return cls(load_causal_lm(spec, **options))
 
     @property
     def num_layers(self) -> int:

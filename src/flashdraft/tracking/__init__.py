@@ -1,2 +1,2 @@
-"""MLflow: the only package that imports mlflow. Step runs and the pipeline parent run (runs), the model
-registry (registry) and promotion (promotion)."""
+"""MLflow: the only package that imports mlflow. Step runs (runs), the pipeline's parent run
+(pipeline_run), the model registry (registry) and promotion (promotion)."""

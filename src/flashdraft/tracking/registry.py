@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flashdraft.config import PromoteConfig
 from flashdraft.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -37,15 +38,6 @@ class Scores:
     speedup: float | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class PromotionPolicy:
-    primary_benchmark: str = "gsm8k"
-    # The candidate's tau on the primary benchmark must exceed the champion's by MORE than this.
-    min_tau_gain: float = 0.05
-    # Every benchmark must be at least this lossless; below 1.0 only for low-precision evaluations.
-    min_lossless: float = 1.0
-
-
 @dataclass(frozen=True)
 class Decision:
     promote: bool
@@ -56,7 +48,7 @@ class Decision:
         return CHAMPION if self.promote else CHALLENGER
 
 
-def require_primary(candidate: Mapping[str, Scores], policy: PromotionPolicy) -> None:
+def require_primary(candidate: Mapping[str, Scores], policy: PromoteConfig) -> None:
     if policy.primary_benchmark not in candidate:
         raise UserError(
             f"the evaluation report has no {policy.primary_benchmark!r} benchmark (it has "
@@ -67,9 +59,10 @@ def require_primary(candidate: Mapping[str, Scores], policy: PromotionPolicy) ->
 def should_promote(
     candidate: Mapping[str, Scores],
     champion: Mapping[str, Scores] | None,
-    policy: PromotionPolicy,
+    policy: PromoteConfig,
 ) -> Decision:
-    """Pure: promote a lossless candidate when there is no champion or it beats the champion's tau by a margin."""
+    """Pure: promote a lossless candidate when there is no champion or it beats the champion's tau by a margin
+    (the policy: `primary_benchmark`, `min_tau_gain`, `min_lossless`)."""
     require_primary(candidate, policy)
     primary = policy.primary_benchmark
     lossy = {

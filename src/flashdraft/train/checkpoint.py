@@ -2,16 +2,17 @@
 
 A checkpoint holds the model and optimizer as one torch.distributed.checkpoint (DCP) of
 `get_state_dict(model, optimizer)` (sharded, every rank writes its part), `trainer.json` (step,
-schedule, data position, the resolved config) and one `rng-rank{r}.pt` per rank. It is written into
-`.tmp-step-N` and renamed once every rank has finished, so a folder named `step-N` is always complete;
-only the newest `keep` are kept. The root must be a filesystem shared by all ranks.
+schedule, data position, the resolved config) and one `rng-rank{r}.pt` per rank. It is written into a
+temp folder beside `step-N` (`files.atomic_dir`) and renamed once every rank has finished, so a folder
+named `step-N` is always complete; only the newest `keep` are kept. The root must be a filesystem shared
+by all ranks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-import os
 import random
 import re
 import shutil
@@ -23,6 +24,7 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+from flashdraft.files import atomic_dir, write_json
 from flashdraft.train.distributed import Distributed
 
 log = logging.getLogger(__name__)
@@ -57,22 +59,21 @@ class Checkpointer:
 
     def save(self, step: int, model: nn.Module, optimizer, trainer_state: dict[str, Any]) -> Path:
         final = self.root / f"step-{step}"
-        tmp = self.root / f".tmp-step-{step}"
+        with contextlib.ExitStack() as stack:
+            # Rank 0 makes the temp folder (and renames it when the block ends); every rank writes into it.
+            made = str(stack.enter_context(atomic_dir(final))) if self.dist.is_main else None
+            tmp = Path(self.dist.broadcast(made))
+            model_state, optim_state = get_state_dict(model, optimizer)
+            dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(tmp))
+            torch.save(_rng_state(), tmp / f"rng-rank{self.dist.rank}.pt")
+            self.dist.barrier()
+            if self.dist.is_main:
+                write_json(tmp / "trainer.json", {"step": step, **trainer_state}, indent=1)
         if self.dist.is_main:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
-        self.dist.barrier()
-        model_state, optim_state = get_state_dict(model, optimizer)
-        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(tmp))
-        torch.save(_rng_state(), tmp / f"rng-rank{self.dist.rank}.pt")
-        self.dist.barrier()
-        if self.dist.is_main:
-            (tmp / "trainer.json").write_text(json.dumps({"step": step, **trainer_state}, indent=1, default=str))
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(tmp, final)
             for old in self.steps()[: -self.keep]:
                 shutil.rmtree(self.root / f"step-{old}", ignore_errors=True)
+            for leftover in self.root.glob(".step-*.tmp"):  # of saves that died with their process
+                shutil.rmtree(leftover, ignore_errors=True)
             log.info("checkpoint %s", final)
         self.dist.barrier()
         return final

@@ -1,6 +1,6 @@
 """Process-group setup for one process, torchrun (RANK/WORLD_SIZE/LOCAL_RANK...) or a PyTorchJob (PET_*).
 
-Parallelism is applied from outside the models: FSDP2 `fully_shard` per unit the strategy names, then
+Parallelism is applied from outside the models: FSDP2 `fully_shard` per unit the trainer names, then
 the root, with bf16 parameters and fp32 gradient reduction on GPUs (fp32 throughout on CPU/gloo).
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -17,6 +17,7 @@ from torch import nn
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -39,13 +40,11 @@ class Distributed:
         dist.all_reduce(out)
         return out.cpu()
 
-
-def torchrun_command(argv: list[str]) -> list[str] | None:
-    """The command that re-runs this one under torchrun, when a PyTorchJob asked for several processes
-    per pod (PET_NPROC_PER_NODE) and we are not under torchrun yet; torchrun reads the other PET_* vars."""
-    if "PET_NPROC_PER_NODE" not in os.environ or "TORCHELASTIC_RUN_ID" in os.environ:
-        return None
-    return [sys.executable, "-m", "torch.distributed.run", "-m", "flashdraft.cli", *argv]
+    def broadcast(self, value: T) -> T:
+        """Rank 0's `value` on every rank (any picklable object)."""
+        box = [value]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
 
 
 def setup() -> Distributed:

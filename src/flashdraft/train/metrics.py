@@ -1,23 +1,19 @@
-"""Training metrics: summed over micro-steps and ranks, written to `metrics.jsonl` and MLflow (rank 0)."""
+"""Training metrics: written to `metrics.jsonl` and handed to the caller's callback (rank 0)."""
 
 from __future__ import annotations
 
 import json
 import resource
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import torch
 
-from flashdraft.tracking.runs import StepRun
+from flashdraft.files import write_text
 
-
-def add_sums(total: dict[str, torch.Tensor], new: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    for key, value in new.items():
-        value = value.detach().double().cpu()
-        total[key] = total[key] + value if key in total else value
-    return total
+# on_metrics(step, values): where logged metrics go besides metrics.jsonl (the stage: its MLflow run)
+MetricsCallback = Callable[[int, Mapping[str, float]], None]
 
 
 def peak_memory_gb(device: torch.device) -> float:
@@ -29,10 +25,10 @@ def peak_memory_gb(device: torch.device) -> float:
 
 
 class MetricsLog:
-    """Appends one JSON line per logged step; mirrors it to the MLflow run (a no-op when tracking is off)."""
+    """Appends one JSON line per logged step and passes it to `on_metrics`; a no-op when not `enabled`."""
 
-    def __init__(self, path: Path, run: StepRun, enabled: bool):
-        self.path, self.run, self.enabled = path, run, enabled
+    def __init__(self, path: Path, enabled: bool, on_metrics: MetricsCallback | None = None):
+        self.path, self.enabled, self.on_metrics = path, enabled, on_metrics
 
     def truncate_after(self, step: int) -> None:
         """Drop lines of steps after `step`: all of them for a fresh run (step 0), those a run that died
@@ -40,11 +36,12 @@ class MetricsLog:
         if not self.enabled or not self.path.is_file():
             return
         kept = [line for line in self.path.read_text().splitlines() if json.loads(line).get("step", 0) <= step]
-        self.path.write_text("".join(line + "\n" for line in kept))
+        write_text(self.path, "".join(line + "\n" for line in kept))
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
         if not self.enabled:
             return
         with self.path.open("a") as f:
             f.write(json.dumps({"step": step, **metrics}) + "\n")
-        self.run.log_metrics(metrics, step=step)
+        if self.on_metrics is not None:
+            self.on_metrics(step, metrics)

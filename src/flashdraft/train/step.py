@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import torch
 
+from flashdraft.objectives import Objective, add_sums
 from flashdraft.train.distributed import Distributed
-from flashdraft.train.metrics import add_sums
 
 
-def accumulate_gradients(strategy, model: torch.nn.Module, prepared: list, dist: Distributed) -> dict[str, torch.Tensor]:
+def accumulate_gradients(objective: Objective, model: torch.nn.Module, prepared: list,
+                         dist: Distributed) -> dict[str, torch.Tensor]:
     """Forward/backward over this rank's prepared micro-batches of one step; the metric sums (and the
     useful FLOPs, key "flops") over all ranks. The loss is normalised by the global supervised count."""
     count = float(dist.sum(torch.tensor(float(sum(p.num_targets for p in prepared)))))
@@ -18,10 +19,10 @@ def accumulate_gradients(strategy, model: torch.nn.Module, prepared: list, dist:
     sums: dict[str, torch.Tensor] = {}
     flops = 0.0
     for p in prepared:
-        loss_sum, counts = strategy.loss(model, p)
+        loss_sum, counts = objective.loss(model, p)
         (loss_sum * scale).backward()
         add_sums(sums, counts)
-        flops += strategy.flops(p)
+        flops += objective.flops(p)
     sums["flops"] = torch.tensor(flops, dtype=torch.float64)
     return global_sums(sums, dist)
 

@@ -1,6 +1,8 @@
-"""The trainer: wires config, data, strategy, FSDP2, optimizer, checkpoints and logging; runs the loop.
+"""The trainer: wires config, data, objective, weights (target and draft, or the LM), FSDP2, optimizer,
+checkpoints and metrics; runs the loop. It knows nothing of MLflow: logged metrics go to metrics.jsonl and
+to the caller's `on_metrics` callback; the run returns its summary (also written to summary.json).
 
-Order of work: cheap checks first (config, target config + tokenizer, the strategy's plan, data
+Order of work: cheap checks first (config, target config + tokenizer, the objective's plan, data
 tokenisation), then weights. Each optimizer step reads `grad_accum_steps` micro-batches per rank; the
 loss of every micro-step is divided by the number of supervised targets of the WHOLE step (all ranks,
 all micro-steps), so gradients do not depend on how the global batch is split.
@@ -11,7 +13,6 @@ step k and its checkpoint, like a lost node.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -26,53 +27,55 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.tensor import DTensor
 from tqdm import tqdm
 
+from flashdraft.config import Config, to_dict
+from flashdraft.data.loader import StepLoader, eval_batches
+from flashdraft.data.prepare import prepare_datasets
+from flashdraft.files import write_json, write_text
+from flashdraft.objectives import add_sums, eval_sums, get_objective
 from flashdraft.target.fast_path import fast_path_status, require_fast_path
 from flashdraft.target.source import load_target_config, load_tokenizer
-from flashdraft.config import Config, to_dict
-from flashdraft.data.loader import StepLoader, eval_batches, prepare_datasets
-from flashdraft.objectives import get_strategy
-from flashdraft.tracking.runs import step_run
 from flashdraft.train.checkpoint import Checkpointer
 from flashdraft.train.distributed import setup, shard, shard_frozen
-from flashdraft.train.metrics import MetricsLog, add_sums, peak_memory_gb
+from flashdraft.train.metrics import MetricsCallback, MetricsLog, peak_memory_gb
+from flashdraft.train.models import export_trained, load_models
 from flashdraft.train.optim import build_optimizer, build_schedule, lr_warmup_steps
 from flashdraft.train.step import accumulate_gradients, global_sums
 
 log = logging.getLogger(__name__)
 
 CRASH_ENV = "FLASHDRAFT_CRASH_AFTER_STEP"
-EVAL_STEP = -1  # anchors of the eval set are drawn with this step: the same at every evaluation
 SUMMARY_WINDOW = 20  # the summary's train metrics cover the last steps
 
 
 class Trainer:
-    def __init__(self, config: Config, *, recipe: str | None = None):
-        self.config, self.recipe = config, recipe
+    def __init__(self, config: Config):
+        self.config = config
         self.out = Path(config.train.output_dir)
         self.dist = dist = setup()
         train, t = config.train, config.target
 
-        target_config = load_target_config(t.name_or_path, trust_remote_code=t.trust_remote_code)
+        self.target_config = load_target_config(t.name_or_path, trust_remote_code=t.trust_remote_code)
         if t.require_fast_path:  # before the data and the weights: no silent 10x slower run
-            require_fast_path(target_config)
-        self.fast_path = fast_path_status(target_config)
+            require_fast_path(self.target_config)
+        self.fast_path = fast_path_status(self.target_config)
         tokenizer = load_tokenizer(t.name_or_path, trust_remote_code=t.trust_remote_code)
-        self.strategy = get_strategy(config.objective.name).plan(config, target_config, tokenizer)
-        train_set, eval_set = prepare_datasets(
+        self.objective = get_objective(config.objective.name).plan(config, self.target_config, tokenizer)
+        self.objective.use_device(dist.device)
+        data = prepare_datasets(
             config.data,
             tokenizer,
-            min_supervised=self.strategy.min_supervised_tokens,
-            cache_dir=self.out / "tokenized",
+            min_supervised=self.objective.min_supervised_tokens,
+            cache_dir=Path(config.data.cache_dir) if config.data.cache_dir else self.out / "tokenized",
             is_main=dist.is_main,
             barrier=dist.barrier,
         )
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        pad_multiple = self.strategy.pad_multiple(dist.device)
+        pad_multiple = self.objective.pad_multiple
         if pad_multiple != config.data.pad_to_multiple:
             log.info("batches padded to multiples of %d tokens (data.pad_to_multiple=%d): one compiled "
                      "draft graph per padded length", pad_multiple, config.data.pad_to_multiple)
         self.loader = StepLoader(
-            train_set,
+            data.train,
             micro_batch=train.micro_batch_size,
             accum=train.grad_accum_steps,
             rank=dist.rank,
@@ -82,8 +85,8 @@ class Trainer:
             pad_to_multiple=pad_multiple,
         )
         self.eval_set = []
-        if eval_set is not None:
-            self.eval_set = eval_batches(eval_set, micro_batch=train.micro_batch_size, rank=dist.rank,
+        if data.eval is not None:
+            self.eval_set = eval_batches(data.eval, micro_batch=train.micro_batch_size, rank=dist.rank,
                                          world=dist.world, pad_id=pad_id, pad_to_multiple=pad_multiple)
             if not self.eval_set:
                 log.warning("the eval set has no samples left after filtering; no evaluation")
@@ -91,10 +94,10 @@ class Trainer:
         if train.max_steps is not None:
             self.total_steps = min(self.total_steps, train.max_steps)
 
-        model = self.strategy.build(dist.device)
+        models = load_models(config, self.objective, dist.device)
         if train.shard_target:
-            shard_frozen(self.strategy.frozen_shard_units())
-        self.model = shard(model, self.strategy.shard_units(model), dist.device)
+            shard_frozen(models.frozen_shard_units)
+        self.model = shard(models.model, models.shard_units, dist.device)
         self.optimizer = build_optimizer(self.model, train)
         self.schedule = build_schedule(self.optimizer, lr_warmup_steps(train, self.total_steps), self.total_steps)
         self.checkpointer = Checkpointer(self.out / "checkpoints", dist, train.keep_checkpoints)
@@ -113,125 +116,112 @@ class Trainer:
 
     def accumulate_gradients(self, step: int) -> dict[str, torch.Tensor]:
         """Forward/backward over this rank's micro-batches of `step`; the metric sums over all ranks."""
-        prepared = [self.strategy.prepare(b, step) for b in self.loader.micro_batches(step)]
-        return accumulate_gradients(self.strategy, self.model, prepared, self.dist)
+        prepared = [self.objective.prepare(b, step) for b in self.loader.micro_batches(step)]
+        return accumulate_gradients(self.objective, self.model, prepared, self.dist)
 
-    @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        sums: dict[str, torch.Tensor] = {}
-        for batch in self.eval_set:
-            _, counts = self.strategy.loss(self.model, self.strategy.prepare(batch, EVAL_STEP))
-            add_sums(sums, counts)
-        return {f"eval_{k}": v for k, v in self.strategy.summarise(global_sums(sums, self.dist)).items()}
+        """The objective's metrics on the held-out set (all ranks), prefixed eval_."""
+        sums = global_sums(eval_sums(self.objective, self.model, self.eval_set), self.dist)
+        return {f"eval_{k}": v for k, v in self.objective.summarise(sums).items()}
 
     # -- the run ---------------------------------------------------------------------------------
-    def run(self) -> dict[str, Any]:
+    def run(self, on_metrics: MetricsCallback | None = None) -> dict[str, Any]:
+        """Train (resuming from the newest checkpoint), evaluate, export; the summary (every rank), also
+        written to summary.json. `on_metrics(step, values)` gets every logged line of metrics.jsonl (rank 0)."""
         dist, train = self.dist, self.config.train
-        tracking = self.config.tracking
-        with step_run("train", tracking_uri=tracking.uri, experiment=tracking.experiment, enabled=dist.is_main) as run:
-            resolved = to_dict(self.config)
-            if dist.is_main:
-                self.out.mkdir(parents=True, exist_ok=True)
-                (self.out / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False))
-                run.log_params(resolved)
-                run.log_dict(resolved, "config.json")
-                run.set_tags({"target.hybrid": self.fast_path["hybrid"], "target.fast_path": self.fast_path["fast_path"]})
-            metrics = MetricsLog(self.out / "metrics.jsonl", run, dist.is_main)
-            state = self.checkpointer.load_latest(self.model, self.optimizer)
-            start = 0
-            if state is not None:
-                start = state["step"]
-                self.schedule.load_state_dict(state["schedule"])
-                if state["data"]["global_batch"] != self.loader.global_batch:
-                    log.warning("resuming with a global batch of %d instead of %d: the data order from step %d on "
-                                "differs from the original run's", self.loader.global_batch,
-                                state["data"]["global_batch"], start)
-            # Resumed: drop what a dead run logged after its last checkpoint. Fresh: a new log, not one
-            # appended to an earlier run's in the same folder.
-            metrics.truncate_after(start)
-            crash_after = int(os.environ.get(CRASH_ENV, 0)) or None
+        resolved = to_dict(self.config)
+        if dist.is_main:
+            write_text(self.out / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
+        metrics = MetricsLog(self.out / "metrics.jsonl", dist.is_main, on_metrics)
+        start = self.resume()
+        # Resumed: drop what a dead run logged after its last checkpoint. Fresh: a new log, not one
+        # appended to an earlier run's in the same folder.
+        metrics.truncate_after(start)
+        crash_after = int(os.environ.get(CRASH_ENV, 0)) or None
 
-            recent: deque = deque(maxlen=SUMMARY_WINDOW)
-            interval: dict[str, torch.Tensor] = {}
-            interval_time = interval_flops = run_time = run_tokens = 0.0
-            interval_steps = 0
-            bar = tqdm(total=self.total_steps, initial=start, desc="train", disable=not dist.is_main)
-            for step in range(start, self.total_steps):
-                lr = self.schedule.get_last_lr()[0]
-                began = time.perf_counter()
-                sums, grad_norm, flops = self.train_step(step)
-                elapsed = time.perf_counter() - began
-                done = step + 1
-                recent.append(sums)
-                add_sums(interval, sums)
-                interval_time += elapsed
-                interval_steps += 1
-                interval_flops += flops
-                run_time += elapsed
-                run_tokens += float(sums["tokens"])
-                if done % train.log_every == 0 or done == self.total_steps:
-                    values = self.strategy.summarise(interval)
-                    values.update(
-                        lr=lr,
-                        grad_norm=grad_norm,
-                        epoch=step / self.loader.steps_per_epoch,
-                        tokens_per_s=float(interval["tokens"]) / interval_time,
-                        step_time_s=interval_time / interval_steps,
-                        peak_memory_gb=peak_memory_gb(dist.device),
-                    )
-                    if dist.device.type == "cuda":
-                        values["mfu"] = interval_flops / interval_time / (dist.world * train.peak_tflops * 1e12)
-                    metrics.log(done, values)
-                    bar.set_postfix({k: f"{values[k]:.3f}" for k in ("loss", "tau") if k in values})
-                    interval, interval_time, interval_flops, interval_steps = {}, 0.0, 0.0, 0
-                if train.eval_every and done % train.eval_every == 0 and done < self.total_steps and self.eval_set:
-                    metrics.log(done, self.evaluate())
-                if done % train.checkpoint_every == 0 or done == self.total_steps:
-                    self.checkpointer.save(done, self.model, self.optimizer, {
-                        "schedule": self.schedule.state_dict(),
-                        "data": self.loader.position(done),
-                        "config": resolved,
-                    })
-                bar.update(1)
-                if crash_after == done:
-                    os._exit(17)
-            bar.close()
+        recent: deque = deque(maxlen=SUMMARY_WINDOW)
+        interval: dict[str, torch.Tensor] = {}
+        interval_time = interval_flops = run_time = run_tokens = 0.0
+        interval_steps = 0
+        bar = tqdm(total=self.total_steps, initial=start, desc="train", disable=not dist.is_main)
+        for step in range(start, self.total_steps):
+            lr = self.schedule.get_last_lr()[0]
+            began = time.perf_counter()
+            sums, grad_norm, flops = self.train_step(step)
+            elapsed = time.perf_counter() - began
+            done = step + 1
+            recent.append(sums)
+            add_sums(interval, sums)
+            interval_time += elapsed
+            interval_steps += 1
+            interval_flops += flops
+            run_time += elapsed
+            run_tokens += float(sums["tokens"])
+            if done % train.log_every == 0 or done == self.total_steps:
+                values = self.objective.summarise(interval)
+                values.update(
+                    lr=lr,
+                    grad_norm=grad_norm,
+                    epoch=step / self.loader.steps_per_epoch,
+                    tokens_per_s=float(interval["tokens"]) / interval_time,
+                    step_time_s=interval_time / interval_steps,
+                    peak_memory_gb=peak_memory_gb(dist.device),
+                )
+                if dist.device.type == "cuda":
+                    values["mfu"] = interval_flops / interval_time / (dist.world * train.peak_tflops * 1e12)
+                metrics.log(done, values)
+                bar.set_postfix({k: f"{values[k]:.3f}" for k in ("loss", "tau") if k in values})
+                interval, interval_time, interval_flops, interval_steps = {}, 0.0, 0.0, 0
+            if train.eval_every and done % train.eval_every == 0 and done < self.total_steps and self.eval_set:
+                metrics.log(done, self.evaluate())
+            if done % train.checkpoint_every == 0 or done == self.total_steps:
+                self.checkpointer.save(done, self.model, self.optimizer, {
+                    "schedule": self.schedule.state_dict(),
+                    "data": self.loader.position(done),
+                    "config": resolved,
+                })
+            bar.update(1)
+            if crash_after == done:
+                os._exit(17)
+        bar.close()
 
-            final_eval = self.evaluate() if self.eval_set else {}
-            if final_eval:
-                metrics.log(self.total_steps, final_eval)
-            export = self.export()
-            summary: dict[str, Any] = {"steps": self.total_steps, "resumed_from_step": start or None}
-            if recent:
-                window: dict[str, torch.Tensor] = {}
-                for sums in recent:
-                    add_sums(window, sums)
-                summary.update(self.strategy.summarise(window))
-                summary["summary_window_steps"] = len(recent)
-            if run_time:
-                summary["tokens_per_s"] = run_tokens / run_time
-            summary.update(final_eval)
-            summary.update(peak_memory_gb=peak_memory_gb(dist.device), target_fast_path=self.fast_path,
-                           export=str(export), config=resolved)
-            if dist.is_main:
-                write_json_atomically(self.out / "summary.json", summary)
-                run.log_metrics({f"final_{k}": v for k, v in summary.items()
-                                 if isinstance(v, (int, float)) and v is not None})
-                run.log_artifact(self.out / "summary.json")
-                run.log_artifact(self.out / "metrics.jsonl")
-            return summary
+        final_eval = self.evaluate() if self.eval_set else {}
+        if final_eval:
+            metrics.log(self.total_steps, final_eval)
+        export = self.export()
+        summary: dict[str, Any] = {"steps": self.total_steps, "resumed_from_step": start or None}
+        if recent:
+            window: dict[str, torch.Tensor] = {}
+            for sums in recent:
+                add_sums(window, sums)
+            summary.update(self.objective.summarise(window))
+            summary["summary_window_steps"] = len(recent)
+        if run_time:
+            summary["tokens_per_s"] = run_tokens / run_time
+        summary.update(final_eval)
+        summary.update(peak_memory_gb=peak_memory_gb(dist.device), target_fast_path=self.fast_path,
+                       export=str(export), config=resolved)
+        if dist.is_main:
+            write_json(self.out / "summary.json", summary, indent=1)
+        return summary
+
+    def resume(self) -> int:
+        """Restore the newest checkpoint, if any; the step to start from."""
+        state = self.checkpointer.load_latest(self.model, self.optimizer)
+        if state is None:
+            return 0
+        self.schedule.load_state_dict(state["schedule"])
+        if state["data"]["global_batch"] != self.loader.global_batch:
+            log.warning("resuming with a global batch of %d instead of %d: the data order from step %d on "
+                        "differs from the original run's", self.loader.global_batch, state["data"]["global_batch"],
+                        state["step"])
+        return state["step"]
 
     def export(self) -> Path:
         """The trained model as an HF folder, `<output_dir>/export` (gathered on rank 0)."""
         path = self.out / "export"
         full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if self.dist.is_main:
-            self.strategy.export(full, path, self.recipe)
+            export_trained(self.config, self.objective, self.target_config, full, path)
         self.dist.barrier()
         return path
-
-
-def write_json_atomically(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, path)

@@ -1,21 +1,10 @@
-"""The evaluation report: one JSON with every number and setting, and PNG plots next to it."""
+"""The evaluation report's PNG plots, written next to its JSON."""
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from pathlib import Path
 
-
-def write_json(report: dict, path: Path) -> None:
-    """Atomically: a reader never sees half a report."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(report, handle, indent=2)
-        handle.write("\n")
-    os.replace(tmp, path)
+from flashdraft.files import atomic_path
 
 
 def plot(report: dict, out_dir: Path, stem: str) -> list[Path]:
@@ -44,9 +33,7 @@ def plot(report: dict, out_dir: Path, stem: str) -> list[Path]:
     ax.set_title("Acceptance length")
     ax.legend()
     fig.tight_layout()
-    written.append(out_dir / f"{stem}_acceptance_histogram.png")
-    fig.savefig(written[-1], dpi=120)
-    plt.close(fig)
+    written.append(_save(fig, out_dir / f"{stem}_acceptance_histogram.png"))
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for name, spec in benches.items():
@@ -61,7 +48,14 @@ def plot(report: dict, out_dir: Path, stem: str) -> list[Path]:
     ax.set_title("Per-slot acceptance")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    written.append(out_dir / f"{stem}_slot_acceptance.png")
-    fig.savefig(written[-1], dpi=120)
-    plt.close(fig)
+    written.append(_save(fig, out_dir / f"{stem}_slot_acceptance.png"))
     return written
+
+
+def _save(fig, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
+    return path

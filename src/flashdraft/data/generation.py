@@ -1,0 +1,189 @@
+"""Generation backends of the warmup: prompts (token ids) in, completions out, each prompt with its own limit
+on new tokens.
+
+    static      transformers' `generate` on left-padded batches. Every target, CPU or GPU; the only
+                transformers path for hybrid (Mamba-2 / linear-attention) targets, which continuous
+                batching does not serve.
+    continuous  transformers' continuous batching (`generate_batch`'s manager: paged attention, CUDA
+                graphs): requests join and leave the running batch one by one, so short answers do not
+                wait for long ones. The default on GPUs for attention-only targets.
+    vllm        vLLM offline inference, where it is installed.
+
+`auto` picks vllm (installed, GPU) > continuous (GPU, a target it serves) > static.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from flashdraft.data.sampling import Sampling, vllm_sampling
+from flashdraft.errors import UserError
+from flashdraft.target.fast_path import recurrent_layers
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "static", "continuous", "vllm")
+# Prompts handed to a backend per call (one resumable record each): enough to keep it busy.
+DEFAULT_BATCH = {"static": 8, "continuous": 512, "vllm": 512}
+
+
+@dataclass(frozen=True)
+class Completion:
+    token_ids: list[int]  # the answer, without the stop token
+    finish_reason: str  # "stop" (a stop token) or "length" (the prompt's limit)
+
+
+def completion(ids: Sequence[int], stop_ids: set[int], limit: int) -> Completion:
+    """The answer up to its first stop token, or cut at `limit` new tokens."""
+    for position, token in enumerate(ids[:limit]):
+        if token in stop_ids:
+            return Completion(list(ids[:position]), "stop")
+    return Completion(list(ids[:limit]), "length")
+
+
+def resolve_backend(backend: str, target_config, device: torch.device) -> str:
+    """The backend `auto` means here, or a UserError when the asked-for one cannot serve this target."""
+    has_vllm = importlib.util.find_spec("vllm") is not None
+    hybrid = bool(recurrent_layers(target_config))
+    if backend == "vllm" and not has_vllm:
+        raise UserError("warmup.backend vllm needs vLLM: pip install vllm (on a CUDA machine), or use continuous "
+                        "or static")
+    if backend == "continuous" and hybrid:
+        raise UserError("warmup.backend continuous: transformers' continuous batching does not serve hybrid "
+                        "(Mamba-2 / linear-attention) targets; use static (or vllm)")
+    if backend != "auto":
+        return backend
+    if device.type == "cuda" and has_vllm:
+        return "vllm"
+    return "continuous" if device.type == "cuda" and not hybrid else "static"
+
+
+def load_generator(backend: str, path: Path, tokenizer, stop_ids: Sequence[int], *, seed: int, device: torch.device,
+                   trust_remote_code: bool = False):
+    if backend == "vllm":
+        return VllmGenerator(path, stop_ids, seed, trust_remote_code=trust_remote_code)
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=torch.bfloat16 if device.type == "cuda" else torch.float32,
+            trust_remote_code=trust_remote_code,
+        )
+    except (OSError, ValueError) as err:
+        raise UserError(f"cannot load target weights from {path}: {err}") from err
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_ids[0]
+    kind = StaticGenerator if backend == "static" else ContinuousGenerator
+    return kind(model.to(device).eval(), stop_ids, pad)
+
+
+def _generation_config(sampling: Sampling, max_new_tokens: int, stop_ids: set[int], pad_id: int):
+    from transformers import GenerationConfig
+
+    sampled = not sampling.greedy
+    return GenerationConfig(
+        max_new_tokens=max_new_tokens, do_sample=sampled,
+        temperature=sampling.temperature if sampled else None, top_p=sampling.top_p if sampled else None,
+        top_k=sampling.top_k if sampled else None, eos_token_id=sorted(stop_ids), pad_token_id=pad_id,
+    )
+
+
+class StaticGenerator:
+    """Batched `generate` with left padding and a KV cache; a batch runs to its longest limit, and each
+    answer is cut at its own (tokens before the cut do not depend on the ones after it)."""
+
+    def __init__(self, model, stop_ids: Sequence[int], pad_id: int):
+        self.model, self.stop_ids, self.pad_id = model, set(stop_ids), pad_id
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: Sampling, limits: Sequence[int],
+                 seeds: Sequence[int]) -> list[Completion]:
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, prompt in enumerate(prompts):
+            input_ids[row, width - len(prompt) :] = torch.tensor(prompt)
+            attention_mask[row, width - len(prompt) :] = 1
+        config = _generation_config(sampling, max(limits), self.stop_ids, self.pad_id)
+        # One seed per batch: batches are fixed, so a resumed run draws the same samples.
+        torch.manual_seed(seeds[0])
+        device = self.model.device
+        out = self.model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+                                  generation_config=config)
+        return [completion(row[width:].tolist(), self.stop_ids, limit) for row, limit in zip(out.cpu(), limits)]
+
+    def close(self) -> None:
+        pass
+
+
+class ContinuousGenerator:
+    """transformers' continuous-batching manager, kept running across calls (its CUDA graphs and paged
+    cache are built once); restarted only when the sampling settings change."""
+
+    def __init__(self, model, stop_ids: Sequence[int], pad_id: int):
+        self.model, self.stop_ids, self.pad_id = model, set(stop_ids), pad_id
+        self.manager, self.sampling, self.requests = None, None, 0
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: Sampling, limits: Sequence[int],
+                 seeds: Sequence[int]) -> list[Completion]:
+        if self.manager is None or sampling != self.sampling:
+            self.close()
+            torch.manual_seed(seeds[0])
+            config = _generation_config(sampling, max(limits), self.stop_ids, self.pad_id)
+            self.manager = self.model.init_continuous_batching(generation_config=config)
+            self.manager.start()
+            self.sampling = sampling
+        ids = []
+        for prompt, limit in zip(prompts, limits):
+            self.requests += 1
+            ids.append(f"r{self.requests}")
+            self.manager.add_request(list(prompt), request_id=ids[-1], max_new_tokens=limit)
+        results: dict[str, list[int]] = {}
+        while len(results) < len(ids):
+            result = self.manager.get_result(timeout=1)
+            if result is None:
+                if not self.manager.is_running():
+                    raise RuntimeError("transformers' continuous batching stopped before answering every prompt")
+                continue
+            if result.is_finished():
+                if result.error is not None:
+                    raise RuntimeError(f"continuous batching failed a request: {result.error}")
+                results[result.request_id] = result.generated_tokens
+        return [completion(results[i], self.stop_ids, limit) for i, limit in zip(ids, limits)]
+
+    def close(self) -> None:
+        if self.manager is not None:
+            self.manager.stop(block=True, timeout=30)
+            self.manager = None
+
+
+class VllmGenerator:
+    """vLLM offline inference on token-id prompts, with one sampling seed per request."""
+
+    def __init__(self, model_path: str | Path, stop_ids: Sequence[int], seed: int, trust_remote_code: bool = False):
+        from vllm import LLM
+
+        self.llm = LLM(model=str(model_path), seed=seed, trust_remote_code=trust_remote_code)
+        self.stop_ids = set(stop_ids)
+
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: Sampling, limits: Sequence[int],
+                 seeds: Sequence[int]) -> list[Completion]:
+        params = [vllm_sampling(sampling, max_tokens=limit, stop_ids=self.stop_ids, seed=seed)
+                  for limit, seed in zip(limits, seeds)]
+        outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
+        completions = []
+        for output in outputs:
+            ids = list(output.outputs[0].token_ids)
+            if ids and ids[-1] in self.stop_ids:
+                ids.pop()
+            completions.append(Completion(ids, "stop" if output.outputs[0].finish_reason == "stop" else "length"))
+        return completions
+
+    def close(self) -> None:
+        pass

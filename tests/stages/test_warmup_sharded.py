@@ -1,0 +1,105 @@
+"""Regeneration at scale on the CPU: the continuous-batching backend answers like static batches (greedy),
+the warmup sharded over 2 gloo ranks (torchrun) writes the one-process dataset byte for byte, and a
+sharded run killed mid-shard resumes (on any number of ranks) to the same bytes."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from flashdraft.data import regenerate as regen
+from flashdraft.data.generation import ContinuousGenerator, StaticGenerator
+from flashdraft.data.sampling import Sampling
+from train_helpers import cpu_env
+
+
+def _prompts(path, n: int) -> str:
+    path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"question number {i} " * (1 + i % 4)}]})
+                            + "\n" for i in range(n)))
+    return str(path)
+
+
+def warmup_command(target, prompts, output, nproc: int = 0) -> list[str]:
+    launcher = [sys.executable]
+    if nproc:
+        launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    return [*launcher, "-m", "flashdraft.cli", "warmup", "--target", str(target), "--prompts", prompts, "--output",
+            str(output), "--max-new-tokens", "20", "--batch-size", "2", "--backend", "static", "--seed", "5"]
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process and all its descendants (torchrun starts its workers in sessions of their own)."""
+    import psutil
+
+    root = psutil.Process(pid)
+    for process in [*root.children(recursive=True), root]:
+        try:
+            process.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass
+
+
+def run(command: list[str]) -> None:
+    done = subprocess.run(command, capture_output=True, text=True, env=cpu_env(), timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_continuous_batching_answers_like_static_batches(tiny_target):
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(1)
+    model = AutoModelForCausalLM.from_pretrained(tiny_target("qwen3"), dtype=torch.float32).eval()
+    prompts = [[5, 6, 7, 8], [9, 10, 11], [12, 13, 14, 15, 16, 17], [40, 41]]
+    limits = [12, 3, 12, 7]
+    static = StaticGenerator(model, stop_ids=[2], pad_id=0).generate(prompts, Sampling(), limits, [0])
+    continuous = ContinuousGenerator(model, stop_ids=[2], pad_id=0)
+    try:
+        assert continuous.generate(prompts, Sampling(), limits, [0]) == static
+        assert continuous.generate(prompts[:2], Sampling(), limits[:2], [0]) == static[:2]  # the manager is reused
+    finally:
+        continuous.close()
+    assert [len(c.token_ids) <= limit for c, limit in zip(static, limits)] == [True] * 4
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_two_ranks_write_the_one_process_dataset(tiny_target, tmp_path):
+    target, prompts = tiny_target("qwen3"), _prompts(tmp_path / "p.jsonl", 14)
+    run(warmup_command(target, prompts, tmp_path / "one"))
+    run(warmup_command(target, prompts, tmp_path / "two", nproc=2))
+    one, two = (tmp_path / "one" / "train.jsonl").read_bytes(), (tmp_path / "two" / "train.jsonl").read_bytes()
+    assert one == two and len(one.splitlines()) == 14
+    stats = json.loads((tmp_path / "two" / "stats.json").read_text())
+    assert stats["run"]["ranks"] == 2 and stats["samples"] == 14
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_a_sharded_run_killed_mid_shard_resumes_to_the_same_bytes(tiny_target, tmp_path):
+    target, prompts = tiny_target("qwen3"), _prompts(tmp_path / "p.jsonl", 24)
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(warmup_command(target, prompts, out, nproc=2), env=cpu_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    work = out / ".partial"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        counts = [regen.completed_path(work, r).read_bytes().count(b"\n") if regen.completed_path(work, r).exists()
+                  else 0 for r in (0, 1)]
+        if min(counts) >= 1 and sum(counts) >= 3:
+            kill_tree(proc.pid)  # every rank at once, as a lost node would
+            break
+        time.sleep(0.02)
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()[-2000:]
+    assert not (out / "train.jsonl").exists()
+    run(warmup_command(target, prompts, out))  # resumed by one process, which takes over both shards
+    run(warmup_command(target, prompts, tmp_path / "straight", nproc=2))
+    assert (out / "train.jsonl").read_bytes() == (tmp_path / "straight" / "train.jsonl").read_bytes()
+    resumed = json.loads((out / "stats.json").read_text())["run"]["resumed_samples"]
+    assert 0 < resumed < 24
