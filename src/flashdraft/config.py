@@ -219,6 +219,9 @@ class TrainConfig:
     log_every: int = 1
     shard_target: bool = False  # FSDP2-shard the frozen target's layers instead of replicating it
     peak_tflops: float = 780.0  # one accelerator's dense bf16 matmul rate (H200, measured), for MFU
+    # auto: resume from the newest checkpoint in output_dir, refusing settings that would change the run
+    # (raising max_steps or epochs is fine); force: resume despite such changes (logged).
+    resume: str = "auto"
 
     def __post_init__(self) -> None:
         _at_least(self, "train", micro_batch_size=1, grad_accum_steps=1, epochs=1, eval_every=0,
@@ -229,6 +232,7 @@ class TrainConfig:
         _check(len(self.betas) == 2 and all(0.0 <= b < 1.0 for b in self.betas), "train.betas",
                "two numbers in [0, 1)", self.betas)
         _check(self.peak_tflops > 0, "train.peak_tflops", "> 0", self.peak_tflops)
+        _one_of(self.resume, "train.resume", ("auto", "force"))
 
 
 @dataclass(kw_only=True)

@@ -41,6 +41,8 @@ _ENUMS = {"dtype": torch.dtype, "layout": torch.layout, "memory_format": torch.m
 
 
 def _encode(value: Any) -> Any:
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
     if isinstance(value, torch.Size):
         return {"size": list(value)}
     for kind, cls in _ENUMS.items():

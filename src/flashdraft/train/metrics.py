@@ -30,12 +30,23 @@ class MetricsLog:
     def __init__(self, path: Path, enabled: bool, on_metrics: MetricsCallback | None = None):
         self.path, self.enabled, self.on_metrics = path, enabled, on_metrics
 
-    def truncate_after(self, step: int) -> None:
+    def truncate_after(self, step: int, *, finished: bool) -> None:
         """Drop lines of steps after `step`: all of them for a fresh run (step 0), those a run that died
-        before its next checkpoint wrote for a resumed one."""
+        before its next checkpoint wrote for a resumed one, and a line torn by a kill mid-write. When
+        training had `finished` at `step` (the run died in its final evaluation or export), the final
+        evaluation's line goes too: it runs again."""
         if not self.enabled or not self.path.is_file():
             return
-        kept = [line for line in self.path.read_text().splitlines() if json.loads(line).get("step", 0) <= step]
+        kept = []
+        for line in self.path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                break  # torn: the process died while writing it, and nothing follows
+            at = record.get("step", 0)
+            final_eval = finished and at == step and all(k == "step" or k.startswith("eval_") for k in record)
+            if at <= step and not final_eval:
+                kept.append(line)
         write_text(self.path, "".join(line + "\n" for line in kept))
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:

@@ -16,18 +16,19 @@ from __future__ import annotations
 import logging
 import math
 import os
+import shutil
 import time
 from collections import deque
 from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.tensor import DTensor
 from tqdm import tqdm
 
-from flashdraft.config import Config, to_dict
+from flashdraft.config import Config, flatten, to_dict, to_yaml
+from flashdraft.errors import UserError
 from flashdraft.data.loader import StepLoader, eval_batches
 from flashdraft.data.prepare import prepare_datasets
 from flashdraft.files import write_json, write_text
@@ -131,17 +132,21 @@ class Trainer:
         dist, train = self.dist, self.config.train
         resolved = to_dict(self.config)
         if dist.is_main:
-            write_text(self.out / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
+            write_text(self.out / "config.yaml", to_yaml(self.config))
+            for leftover in self.out.glob(".export.*.tmp"):  # of an export that died with its process
+                shutil.rmtree(leftover, ignore_errors=True)
         metrics = MetricsLog(self.out / "metrics.jsonl", dist.is_main, on_metrics)
-        start = self.resume()
+        start, totals = self.resume(resolved)
         # Resumed: drop what a dead run logged after its last checkpoint. Fresh: a new log, not one
         # appended to an earlier run's in the same folder.
-        metrics.truncate_after(start)
+        metrics.truncate_after(start, finished=start == self.total_steps)
         crash_after = int(os.environ.get(CRASH_ENV, 0)) or None
 
-        recent: deque = deque(maxlen=SUMMARY_WINDOW)
+        # The summary covers the whole run, also when resumed: the window and the totals travel in checkpoints.
+        recent: deque = deque(([_tensors(s) for s in totals["recent"]]), maxlen=SUMMARY_WINDOW)
+        run_time, run_tokens = totals["seconds"], totals["tokens"]
         interval: dict[str, torch.Tensor] = {}
-        interval_time = interval_flops = run_time = run_tokens = 0.0
+        interval_time = interval_flops = 0.0
         interval_steps = 0
         bar = tqdm(total=self.total_steps, initial=start, desc="train", disable=not dist.is_main)
         for step in range(start, self.total_steps):
@@ -179,6 +184,7 @@ class Trainer:
                     "schedule": self.schedule.state_dict(),
                     "data": self.loader.position(done),
                     "config": resolved,
+                    "totals": {"seconds": run_time, "tokens": run_tokens, "recent": [_floats(s) for s in recent]},
                 })
             bar.update(1)
             if crash_after == done:
@@ -205,17 +211,26 @@ class Trainer:
             write_json(self.out / "summary.json", summary, indent=1)
         return summary
 
-    def resume(self) -> int:
-        """Restore the newest checkpoint, if any; the step to start from."""
+    def resume(self, resolved: dict) -> tuple[int, dict]:
+        """Restore the newest checkpoint, if any; the step to start from and the run's totals so far."""
         state = self.checkpointer.load_latest(self.model, self.optimizer)
         if state is None:
-            return 0
+            return 0, {"seconds": 0.0, "tokens": 0.0, "recent": []}
+        changes = run_changes(state["config"], resolved)
+        if changes and self.config.train.resume != "force":
+            raise UserError(
+                f"the checkpoints in {self.checkpointer.root} were written with other settings ({'; '.join(changes)}): "
+                "resuming would mix two runs. Rerun with the recorded settings (config.yaml there), give a new "
+                "train.output_dir, or set train.resume=force to resume anyway"
+            )
+        if changes:
+            log.warning("train.resume=force: resuming with changed settings: %s", "; ".join(changes))
         self.schedule.load_state_dict(state["schedule"])
         if state["data"]["global_batch"] != self.loader.global_batch:
             log.warning("resuming with a global batch of %d instead of %d: the data order from step %d on "
                         "differs from the original run's", self.loader.global_batch, state["data"]["global_batch"],
                         state["step"])
-        return state["step"]
+        return state["step"], state["totals"]
 
     def export(self) -> Path:
         """The trained model as an HF folder, `<output_dir>/export` (gathered on rank 0)."""
@@ -225,3 +240,38 @@ class Trainer:
             export_trained(self.config, self.objective, self.target_config, full, path)
         self.dist.barrier()
         return path
+
+
+# Settings a resumed run may change: where things are written and logged, how often, how long it runs.
+RESUMABLE_CHANGES = {
+    "recipe", "train.output_dir", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints",
+    "train.log_every", "train.peak_tflops", "train.resume", "data.cache_dir", "data.num_proc", "target.cache_dir",
+}
+# Sections that do not describe the training at all.
+OTHER_STAGES = ("warmup", "evaluate", "promote", "launch", "tracking")
+GROWABLE = ("train.max_steps", "train.epochs")
+
+
+def run_changes(recorded: dict, current: dict) -> list[str]:
+    """`key old -> new` for every setting that differs from the checkpoint's and would change the run."""
+    old, new = flatten(recorded), flatten(current)
+    changes = []
+    for key in sorted(set(old) | set(new)):
+        if key in RESUMABLE_CHANGES or key.split(".")[0] in OTHER_STAGES or old.get(key) == new.get(key):
+            continue
+        if key in GROWABLE and _grows(old.get(key), new.get(key)):
+            continue
+        changes.append(f"{key} {old.get(key)!r} -> {new.get(key)!r}")
+    return changes
+
+
+def _grows(old, new) -> bool:
+    return new is None or (old is not None and new >= old)
+
+
+def _floats(sums: dict[str, torch.Tensor]) -> dict[str, list | float]:
+    return {k: v.tolist() for k, v in sums.items()}
+
+
+def _tensors(sums: dict) -> dict[str, torch.Tensor]:
+    return {k: torch.tensor(v, dtype=torch.float64) for k, v in sums.items()}
