@@ -85,6 +85,7 @@ def dflash_nano30b(
     primary_benchmark: str = "gsm8k",
     min_tau_gain: float = 0.05,
     min_lossless: float = 1.0,
+    min_speedup: float = 1.0,
     mlflow_tracking_uri: str = "http://flashdraft-mlflow:5000",
     mlflow_experiment: str = "flashdraft",
     node_selector: dict = {},
@@ -108,7 +109,8 @@ def dflash_nano30b(
         data_pvc: RWX claim (manifests/: flashdraft-data) the training job and the train step share:
             staged inputs, checkpoints (a restarted job resumes), the job's hub cache.
         model_name: registered model name in the MLflow registry.
-        primary_benchmark, min_tau_gain, min_lossless: promotion policy.
+        primary_benchmark, min_tau_gain, min_lossless, min_speedup: promotion policy (a draft below
+            min_speedup is never champion).
         mlflow_tracking_uri, mlflow_experiment: MLflow server and experiment.
         node_selector, tolerations: scheduling of the GPU steps.
         hf_token_secret, mlflow_secret: Secrets with HF_TOKEN and MLFLOW_TRACKING_USERNAME/PASSWORD/TOKEN
@@ -150,6 +152,7 @@ def dflash_nano30b(
             promoted = promote(
                 draft=trained.outputs["draft"], report=evaluated.outputs["report"], model_name=model_name,
                 primary_benchmark=primary_benchmark, min_tau_gain=min_tau_gain, min_lossless=min_lossless,
+                min_speedup=min_speedup,
                 target=target, target_revision=warmup.outputs["target_revision"], recipe=recipe, data=prompts,
                 **tracking,
             ).set_caching_options(False)

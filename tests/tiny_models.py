@@ -84,3 +84,17 @@ def save_tiny_target(path: Path, model_type: str = "qwen3", seed: int = 0, **con
     model.save_pretrained(path)
     tiny_tokenizer().save_pretrained(path)
     return path
+
+
+def save_tiny_draft(path: Path, seed: int = 0, block_size: int = 16) -> Path:
+    """A real DFlash draft folder (random weights, `seed` makes each one different) for a tiny target."""
+    from flashdraft.model import DFlashDraftConfig, DFlashDraftModel
+
+    config = DFlashDraftConfig(
+        hidden_size=64, vocab_size=288, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, intermediate_size=96, num_target_layers=6, max_position_embeddings=512,
+        dflash_config={"mask_token_id": 3, "target_layer_ids": [1, 3], "block_size": block_size},
+    )
+    torch.manual_seed(seed)
+    DFlashDraftModel(config).save_pretrained(path)
+    return path

@@ -19,6 +19,7 @@ def promote(
     primary_benchmark: str = "gsm8k",
     min_tau_gain: float = 0.05,
     min_lossless: float = 1.0,
+    min_speedup: float = 1.0,
     target: str = "",
     target_revision: str = "",
     recipe: str = "",
@@ -31,7 +32,7 @@ def promote(
         report: the evaluation folder holding report.json (from `evaluate`).
         model_name: registered model name.
         decision: Markdown with the decision and its reason.
-        primary_benchmark, min_tau_gain, min_lossless: the promotion policy.
+        primary_benchmark, min_tau_gain, min_lossless, min_speedup: the promotion policy.
         target, target_revision, recipe, data (dataset specs): lineage tags on the version.
     """
     import os
@@ -47,6 +48,7 @@ def promote(
     values = {"promote.draft": draft.path, "promote.report": os.path.join(report.path, "report.json"),
               "promote.model_name": model_name, "promote.primary_benchmark": primary_benchmark,
               "promote.min_tau_gain": min_tau_gain, "promote.min_lossless": min_lossless,
+              "promote.min_speedup": min_speedup,
               "target.revision": target_revision or None, **({"target.name_or_path": target} if target else {}),
               **({"data.train": data} if data else {})}
     # The recipe is lineage here (the policy comes in as inputs): its name is recorded, not loaded.

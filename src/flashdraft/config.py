@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -281,11 +282,19 @@ class PromoteConfig:
     min_tau_gain: float = 0.05
     # Every benchmark must be at least this lossless; below 1.0 only for low-precision evaluations.
     min_lossless: float = 1.0
+    # A draft slower than plain decoding on the primary benchmark (speedup below this) is never champion,
+    # also when there is no champion yet.
+    min_speedup: float = 1.0
     output: str | None = None  # also write the decision as JSON here
 
     def __post_init__(self) -> None:
         _check(0.0 <= self.min_lossless <= 1.0, "promote.min_lossless", "a fraction in [0, 1]", self.min_lossless)
         _check(self.min_tau_gain >= 0, "promote.min_tau_gain", ">= 0", self.min_tau_gain)
+        _check(self.min_speedup >= 0, "promote.min_speedup", ">= 0", self.min_speedup)
+        if self.model_name is not None:
+            # Registry filters quote the name, and a slash makes it a path: letters, digits, . _ - only.
+            _check(bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", self.model_name)), "promote.model_name",
+                   "letters, digits, '.', '_' or '-' (at most 128, starting with a letter or digit)", self.model_name)
 
 
 @dataclass(kw_only=True)

@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT))
 from components.mlflow_run_end.component import mlflow_run_end  # noqa: E402
 from components.mlflow_run_start.component import mlflow_run_start  # noqa: E402
 from components.promote.component import promote  # noqa: E402
+from tiny_models import save_tiny_draft  # noqa: E402
 
 
 @pytest.fixture
@@ -74,9 +75,7 @@ def test_exit_step_without_a_parent_run_does_not_hide_the_real_error(store):
 def test_promote_component_registers_and_reports(store, tmp_path):
     parent = mlflow_run_start.python_func(run_key="key-3", run_name="n", mlflow_tracking_uri=store,
                                           mlflow_experiment="e")
-    draft = tmp_path / "draft"
-    draft.mkdir()
-    (draft / "config.json").write_text("{}")
+    draft = save_tiny_draft(tmp_path / "draft")
     report = tmp_path / "report"
     report.mkdir()
     bench = {"speculative": {"tau_pooled": 3.25}, "speedup": 2.5, "lossless": 1.0}

@@ -16,6 +16,7 @@ from flashdraft.config import PromoteConfig  # noqa: E402
 from flashdraft.tracking import registry  # noqa: E402
 from flashdraft.tracking.promotion import PromotionResult, promote_draft  # noqa: E402
 from flashdraft.tracking.runs import step_run  # noqa: E402
+from tiny_models import save_tiny_draft  # noqa: E402
 
 NAME = "nano-draft"
 POLICY = PromoteConfig(model_name=NAME, primary_benchmark="gsm8k", min_tau_gain=0.05)
@@ -32,11 +33,8 @@ def store(tmp_path, monkeypatch):
 
 
 def make_draft(tmp_path, name: str, content: bytes):
-    folder = tmp_path / name
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"model_type": "dflash", "name": name}))
-    (folder / "model.safetensors").write_bytes(content)
-    return folder
+    """A real tiny draft; different `content` gives different weights."""
+    return save_tiny_draft(tmp_path / name, seed=int.from_bytes(content, "little"))
 
 
 def bench(tau: float, speedup: float, lossless: float | None) -> dict:
@@ -174,4 +172,4 @@ def test_missing_draft_is_a_clear_error(store, tmp_path, capsys):
     report.write_text(json.dumps(make_report(3.0)))
     argv = ["promote", "--draft", str(tmp_path / "nope"), "--report", str(report), "--model-name", NAME]
     assert cli.main(argv) == 2
-    assert "empty or missing" in capsys.readouterr().err
+    assert "is not a draft folder (no config.json)" in capsys.readouterr().err

@@ -30,7 +30,8 @@ from flashdraft.decoding.proposers import DraftProposer
 from flashdraft.decoding.target_runner import TargetRunner, check_target
 from flashdraft.errors import UserError
 from flashdraft.files import write_json
-from flashdraft.model import DFlashDraftConfig, DFlashDraftModel
+from flashdraft.model import DFlashDraftModel
+from flashdraft.model.check import check_draft, read_draft_config
 from flashdraft.target.fast_path import fast_path_status
 from flashdraft.target.frozen import FrozenTarget
 from flashdraft.target.source import check_draft_fits, load_target_config, load_tokenizer, resolve_source
@@ -55,16 +56,6 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     if dtype not in DTYPES:
         raise UserError(f"dtype must be auto or one of {', '.join(DTYPES)}, got {dtype!r}")
     return DTYPES[dtype]
-
-
-def load_draft_config(path: str | Path) -> DFlashDraftConfig:
-    try:
-        config = DFlashDraftConfig.from_pretrained(str(path))
-    except (OSError, ValueError) as err:
-        raise UserError(f"cannot read the draft at {path}: {err}; give a folder from draft-init or train") from err
-    if config.mask_token_id is None:
-        raise UserError(f"{path} is not a DFlash draft (no dflash_config.mask_token_id in config.json)")
-    return config
 
 
 def encode(tokenizer, messages: list[dict], thinking: bool) -> list[int]:
@@ -117,10 +108,11 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
     params = Sampling(evaluation.temperature, evaluation.top_p, evaluation.top_k)
     trust_remote_code = target.trust_remote_code
     # Everything that can be wrong with the inputs is checked before any weights are loaded.
-    draft_config = load_draft_config(draft)
+    draft_config = read_draft_config(draft, "evaluate.draft")
     source = resolve_source(target.name_or_path)
     target_config = load_target_config(source, trust_remote_code=trust_remote_code)
     check_draft_fits(draft_config, target_config)
+    check_draft(draft, "evaluate.draft")  # whole weights of the right shapes, before anything loads
     check_target(target_config)
     if evaluation.vllm:
         vllm_measure.require_vllm()

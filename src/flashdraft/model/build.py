@@ -5,12 +5,12 @@ fresh (seeded) draft, or the one in `draft.init_from`. Reads configs and tokeniz
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import torch
 
 from flashdraft.config import DraftConfig
 from flashdraft.errors import UserError
+from flashdraft.model.check import read_draft_config
 from flashdraft.model.config import DFlashDraftConfig, default_target_layer_ids
 from flashdraft.model.mask_token import resolve_mask_token
 from flashdraft.model.modeling import DFlashDraftModel
@@ -72,20 +72,10 @@ def build_draft_config(draft: DraftConfig, target_config, tokenizer) -> DFlashDr
     )
 
 
-def read_draft_config(path: str | Path) -> DFlashDraftConfig:
-    """The config of the draft folder `draft.init_from`."""
-    if not (Path(path) / "config.json").is_file():
-        raise UserError(
-            f"draft.init_from: {str(path)!r} is not a draft folder (no config.json); "
-            "write one with `flashdraft draft-init` or leave draft.init_from out"
-        )
-    return DFlashDraftConfig.from_pretrained(path)
-
-
 def initial_draft_config(draft: DraftConfig, target_config, tokenizer) -> DFlashDraftConfig:
     """The config of the draft training starts from: `draft.init_from`'s, or a fresh one's."""
     if draft.init_from:
-        return read_draft_config(draft.init_from)
+        return read_draft_config(draft.init_from, "draft.init_from")
     return build_draft_config(draft, target_config, tokenizer)
 
 

@@ -24,6 +24,8 @@ FLAGS = [
     Flag("--primary-benchmark", "promote.primary_benchmark", "benchmark whose tau decides"),
     Flag("--min-tau-gain", "promote.min_tau_gain", "tau the candidate must beat the champion by", {"type": float}),
     Flag("--min-lossless", "promote.min_lossless", "lossless fraction every benchmark needs", {"type": float}),
+    Flag("--min-speedup", "promote.min_speedup", "speedup over plain decoding the primary benchmark needs to be "
+         "champion", {"type": float}),
     Flag("--target", "target.name_or_path", "lineage: the target id or path the draft was trained for"),
     Flag("--target-revision", "target.revision", "lineage: the target's revision"),
     Flag("--data", "data.train", "lineage: the training data specs", {"nargs": "+", "metavar": "SPEC"}),

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -18,10 +20,13 @@ from flashdraft.config import PromoteConfig
 from flashdraft.errors import UserError
 from flashdraft.tracking import registry
 from flashdraft.tracking.pipeline_run import log_to_pipeline_run
+from flashdraft.model.check import check_draft
 from flashdraft.tracking.registry import Decision, Scores
 from flashdraft.tracking.runs import StepRun
 
 log = logging.getLogger(__name__)
+
+CRASH_ENV = "FLASHDRAFT_CRASH_IN_PROMOTE"
 
 
 @dataclass(frozen=True)
@@ -49,28 +54,56 @@ def read_report(path: str | Path) -> dict:
     return report
 
 
-def benchmark_scores(report: Mapping[str, Any]) -> dict[str, Scores]:
-    """Per-benchmark scores from a `flashdraft evaluate` report: tau pooled over all verify steps (the
-    way vLLM / SGLang count acceptance length), lossless fraction (None when sampled), speedup."""
+def _number(value: Any, what: str, low: float, high: float = math.inf, *, strictly_above: bool = False) -> float:
+    """A finite JSON number in range; anything else (NaN, "Infinity", a string, a bool) is refused."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value > low if strictly_above else value >= low) and value <= high
+    if not ok:
+        bounds = f"{'>' if strictly_above else '>='} {low:g}" + (f" and <= {high:g}" if high < math.inf else "")
+        raise UserError(f"the evaluation report's {what} is {value!r}: expected a finite number {bounds}; give the "
+                        "report `flashdraft evaluate` wrote")
+    return float(value)
+
+
+def benchmark_scores(report: Mapping[str, Any], block_size: int) -> dict[str, Scores]:
+    """Per-benchmark scores from a `flashdraft evaluate` report, each checked: tau pooled over all verify
+    steps (the way vLLM / SGLang count acceptance length, 1 <= tau <= the draft's block size), the
+    lossless fraction (in [0, 1]; None when sampled) and the speedup (> 0)."""
     benchmarks = report.get("benchmarks")
     if not isinstance(benchmarks, Mapping) or not benchmarks:
         raise UserError("the evaluation report has no `benchmarks` section; give the report `flashdraft evaluate` wrote")
     out = {}
     for name, result in benchmarks.items():
         try:
-            tau = result["speculative"]["tau_pooled"]
-            lossless, speedup = result["lossless"], result.get("speedup")
-            out[name] = Scores(
-                tau=float(tau),
-                lossless=float(lossless) if lossless is not None else None,
-                speedup=float(speedup) if speedup is not None else None,
-            )
-        except (KeyError, TypeError, ValueError) as err:
+            tau, lossless, speedup = result["speculative"]["tau_pooled"], result["lossless"], result.get("speedup")
+        except (KeyError, TypeError) as err:
             raise UserError(
                 f"benchmark {name!r} in the evaluation report lacks speculative.tau_pooled / lossless ({err!r}); "
                 "give the report `flashdraft evaluate` wrote"
             ) from err
+        out[name] = Scores(
+            tau=_number(tau, f"{name} tau", 1.0, block_size),
+            lossless=None if lossless is None else _number(lossless, f"{name} lossless fraction", 0.0, 1.0),
+            speedup=None if speedup is None else _number(speedup, f"{name} speedup", 0.0, strictly_above=True),
+        )
     return out
+
+
+def _crash_point(name: str) -> None:
+    """Fault injection for tests: FLASHDRAFT_CRASH_IN_PROMOTE=<name> kills the process here, like a lost pod."""
+    if os.environ.get(CRASH_ENV) == name:
+        os._exit(17)
+
+
+def end_dead_runs(client, run: StepRun, digest: str) -> None:
+    """Mark KILLED the promote runs of this draft left RUNNING by a promotion that died (this one aside)."""
+    experiment = client.get_run(run.run_id).info.experiment_id
+    stale = client.search_runs([experiment], filter_string=f"tags.`{registry.DIGEST_TAG}` = '{digest}' "
+                               "and tags.`flashdraft.step` = 'promote' and attributes.status = 'RUNNING'")
+    for dead in stale:
+        if dead.info.run_id != run.run_id:
+            log.warning("marking promote run %s KILLED: its process died before it finished", dead.info.run_id)
+            client.set_terminated(dead.info.run_id, status="KILLED")
 
 
 def promote_draft(
@@ -90,26 +123,37 @@ def promote_draft(
     if not run.active:
         raise UserError("promotion needs an MLflow tracking URI (tracking.uri or MLFLOW_TRACKING_URI)")
     draft, model_name = Path(promote.draft), promote.model_name
-    candidate = benchmark_scores(report)
+    checked = check_draft(draft, "promote.draft")  # before anything is registered: a whole, loadable draft
+    candidate = benchmark_scores(report, checked.config.block_size)
     registry.require_primary(candidate, promote)
     digest = registry.draft_digest(draft)
+    run.set_tags({registry.DIGEST_TAG: digest})
     client = registry.client(run.tracking_uri)
+    end_dead_runs(client, run, digest)
     version = registry.find_version(client, model_name, digest)
     new_version = version is None
+    scores = {**registry.scores_to_tags(candidate), registry.WEIGHTS_TAG: checked.weights_sha256}
     if new_version:
         run.log_artifact(draft, registry.DRAFT_ARTIFACT_PATH)
         run.log_dict(dict(report), "evaluation/report.json")
-        tags = {**lineage, "flashdraft.commit": registry.source_commit(), **registry.scores_to_tags(candidate)}
+        _crash_point("after_artifacts")
+        tags = {**lineage, "flashdraft.commit": registry.source_commit(), **scores}
         version = registry.register_draft(client, model_name, run_id=run.run_id, digest=digest, tags=tags)
+        _crash_point("after_register")
     else:
         log.info("this draft is already %s version %s", model_name, version.version)
-    champion = registry.champion_version(client, model_name)
-    if champion is not None and champion.version == version.version:
-        decision, alias = Decision(True, "already the champion"), registry.CHAMPION
-    else:
-        champion_scores = registry.scores_from_tags(champion.tags) if champion is not None else None
-        decision = registry.should_promote(candidate, champion_scores, promote)
-        alias = registry.apply_decision(client, model_name, version.version, decision)
+    # From reading the champion to moving the alias, no other promotion of this model runs.
+    with registry.promotion_lock(client, model_name):
+        champion = registry.champion_version(client, model_name)
+        if champion is not None and champion.version == version.version:
+            # Re-promoted: decided on its new report against the policy alone.
+            decision = registry.should_promote(candidate, None, promote)
+            if decision.promote:  # it stays champion, for the reason it became one
+                decision = Decision(True, champion.tags.get("flashdraft.decision", "already the champion"))
+        else:
+            champion_scores = registry.scores_from_tags(champion.tags) if champion is not None else None
+            decision = registry.should_promote(candidate, champion_scores, promote)
+        alias = registry.apply_decision(client, model_name, version.version, decision, scores)
     primary = candidate[promote.primary_benchmark]
     result = PromotionResult(
         model_name=model_name,

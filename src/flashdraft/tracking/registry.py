@@ -1,17 +1,24 @@
 """The MLflow model registry: one model version per trained draft, with lineage, and promotion by alias.
 
-Promotion is a pure decision (`should_promote`), then an action (`promote`): the only code in flashdraft
-that moves the `champion` / `challenger` aliases. A draft is identified by the digest of its files, so
-promoting the same draft twice finds its existing version and changes nothing.
+Promotion is a pure decision (`should_promote`), then an action (`apply_decision`): the only code in
+flashdraft that moves the `champion` / `challenger` aliases. A draft is identified by the digest of its
+files, so promoting the same draft twice finds its existing version.
+
+Two promotions of the same model at once take turns: each holds `promotion_lock` (a registered model
+whose creation the registry's database makes atomic) from reading the champion to moving the alias, so
+neither decides against a champion that has changed underneath it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
+import random
 import subprocess
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +30,8 @@ log = logging.getLogger(__name__)
 
 CHAMPION = "champion"
 CHALLENGER = "challenger"
-DIGEST_TAG = "flashdraft.draft_sha256"
+DIGEST_TAG = "flashdraft.draft_sha256"  # of every file of the draft folder: finds a version again
+WEIGHTS_TAG = "flashdraft.weights_sha256"  # of model.safetensors: what a deployment can check
 DRAFT_ARTIFACT_PATH = "draft"
 
 
@@ -61,8 +69,9 @@ def should_promote(
     champion: Mapping[str, Scores] | None,
     policy: PromoteConfig,
 ) -> Decision:
-    """Pure: promote a lossless candidate when there is no champion or it beats the champion's tau by a margin
-    (the policy: `primary_benchmark`, `min_tau_gain`, `min_lossless`)."""
+    """Pure: promote a lossless candidate, at least `min_speedup` times as fast as plain decoding, when there
+    is no champion or it beats the champion's tau by a margin (the policy: `primary_benchmark`,
+    `min_tau_gain`, `min_lossless`, `min_speedup`)."""
     require_primary(candidate, policy)
     primary = policy.primary_benchmark
     lossy = {
@@ -74,6 +83,11 @@ def should_promote(
             for name, value in sorted(lossy.items())
         )
         return Decision(False, f"not lossless (required {policy.min_lossless:.3f}): {detail}")
+    speedup = candidate[primary].speedup
+    if speedup is None or speedup < policy.min_speedup:
+        shown = "not measured" if speedup is None else f"{speedup:.3f}x"
+        return Decision(False, f"{primary} speedup {shown} is below promote.min_speedup {policy.min_speedup:.3f}x: "
+                               "not faster than plain decoding")
     if champion is None:
         return Decision(True, "no champion yet")
     if primary not in champion:
@@ -151,9 +165,49 @@ def client(tracking_uri: str):
 
 
 def find_version(client, name: str, digest: str):
-    """The existing version of `name` holding the draft with this digest, or None."""
+    """The existing version of `name` holding the draft with this digest, or None (`name` is checked by
+    PromoteConfig: no quotes; the digest is hex)."""
     found = client.search_model_versions(f"name='{name}' and tags.`{DIGEST_TAG}`='{digest}'")
     return min(found, key=lambda v: int(v.version)) if found else None
+
+
+LOCK_SUFFIX = ".promotion-lock"
+LOCK_WAIT_S = 120.0
+LOCK_STALE_S = 600.0  # a lock this old belongs to a promotion that died
+
+
+@contextlib.contextmanager
+def promotion_lock(client, name: str) -> Iterator[None]:
+    """Hold the promotion lock of model `name` (waiting for another holder, breaking a stale lock)."""
+    from mlflow.exceptions import MlflowException
+
+    lock = name + LOCK_SUFFIX
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            client.create_registered_model(lock, tags={"flashdraft.locked_at": str(time.time())},
+                                           description=f"held while a draft of {name} is promoted")
+            break
+        except MlflowException as err:
+            if "ALREADY_EXISTS" not in str(err.error_code) and "already exists" not in str(err).lower():
+                raise
+        try:
+            held_since = float(client.get_registered_model(lock).tags.get("flashdraft.locked_at", "0"))
+        except MlflowException:
+            continue  # released in the meantime
+        if time.time() - held_since > LOCK_STALE_S:
+            log.warning("breaking the stale promotion lock of %s (held since %s)", name, time.ctime(held_since))
+            with contextlib.suppress(MlflowException):
+                client.delete_registered_model(lock)
+        elif time.monotonic() > deadline:
+            raise UserError(f"another promotion of {name} has held its lock for over {LOCK_WAIT_S:.0f} s; retry "
+                            f"later (or delete the registered model {lock} if no promotion is running)")
+        time.sleep(0.2 + random.random() * 0.3)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(MlflowException):
+            client.delete_registered_model(lock)
 
 
 def champion_version(client, name: str):
@@ -173,7 +227,8 @@ def register_draft(client, name: str, *, run_id: str, digest: str, tags: Mapping
     try:
         client.get_registered_model(name)
     except MlflowException:
-        client.create_registered_model(name, description="DFlash speculative-decoding drafts (flashdraft)")
+        with contextlib.suppress(MlflowException):  # another promotion created it first
+            client.create_registered_model(name, description="DFlash speculative-decoding drafts (flashdraft)")
     source = f"{client.get_run(run_id).info.artifact_uri}/{DRAFT_ARTIFACT_PATH}"
     version = client.create_model_version(
         name,
@@ -185,16 +240,18 @@ def register_draft(client, name: str, *, run_id: str, digest: str, tags: Mapping
     return version
 
 
-def apply_decision(client, name: str, version: str, decision: Decision) -> str:
-    """Point the decision's alias at `version`; a champion keeps its alias. Returns the version's alias."""
+def apply_decision(client, name: str, version: str, decision: Decision, tags: Mapping[str, str]) -> str:
+    """Point the decision's alias at `version` and set `tags` (the scores it was decided on) and the
+    decision on the version; returns its alias. A champion decided against on its new report loses the
+    alias."""
+    version = str(version)
     current = champion_version(client, name)
-    if current is not None and current.version == str(version):
-        return CHAMPION
-    client.set_registered_model_alias(name, decision.alias, str(version))
-    if decision.promote:
-        aliases = client.get_registered_model(name).aliases
-        if str(aliases.get(CHALLENGER)) == str(version):
-            client.delete_registered_model_alias(name, CHALLENGER)
-    client.set_model_version_tag(name, str(version), "flashdraft.decision", decision.reason)
+    if not decision.promote and current is not None and str(current.version) == version:
+        client.delete_registered_model_alias(name, CHAMPION)
+    client.set_registered_model_alias(name, decision.alias, version)
+    if decision.promote and str(client.get_registered_model(name).aliases.get(CHALLENGER)) == version:
+        client.delete_registered_model_alias(name, CHALLENGER)
+    for key, value in {**tags, "flashdraft.decision": decision.reason}.items():
+        client.set_model_version_tag(name, version, key, value)
     log.info("%s version %s -> @%s (%s)", name, version, decision.alias, decision.reason)
     return decision.alias
