@@ -346,10 +346,26 @@ class LaunchConfig:
         return self.gpus_per_node if self.gpus_per_node > 0 else (self.procs_per_node or 1)
 
 
+TRACKING_SCHEMES = ("http", "https", "file", "sqlite", "postgresql", "mysql", "mssql", "databricks")
+
+
 @dataclass(kw_only=True)
 class TrackingConfig:
     uri: str | None = None  # MLflow tracking URI; None: MLFLOW_TRACKING_URI, or no tracking
     experiment: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.uri:
+            check_tracking_uri(self.uri, "tracking.uri")
+
+
+def check_tracking_uri(uri: str, where: str) -> None:
+    """A tracking URI MLflow can use: a known scheme with what it needs after it."""
+    scheme, sep, rest = uri.partition(":")
+    known = scheme.split("+")[0].lower() in TRACKING_SCHEMES
+    if not (sep and known and rest.strip("/")) or (scheme in ("http", "https") and not rest.startswith("//")):
+        raise UserError(f"{where} {redact(uri)!r} is not a tracking URI MLflow can use; give http(s)://HOST:PORT, "
+                        "sqlite:///PATH.db, file:///PATH or a database URL")
 
 
 @dataclass(kw_only=True)
@@ -443,8 +459,28 @@ def to_dict(config: Any) -> dict:
 
 
 def to_yaml(config: Any) -> str:
-    """The resolved config as YAML, sections in their declared order (what stages write next to outputs)."""
-    return yaml.safe_dump(to_dict(config), sort_keys=False)
+    """The resolved config as YAML, sections in their declared order, credentials redacted (what stages
+    write next to their outputs)."""
+    return yaml.safe_dump(redacted(to_dict(config)), sort_keys=False)
+
+
+_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/@:\s]*):(?P<password>[^/@\s]+)@")
+
+
+def redact(text: str) -> str:
+    """`text` with the password of every URL in it replaced by ***, e.g. http://user:***@host."""
+    return _CREDENTIALS.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
+
+
+def redacted(data: Any) -> Any:
+    """A copy of nested data with every string's URL passwords redacted (for files, params and logs)."""
+    if isinstance(data, str):
+        return redact(data)
+    if isinstance(data, Mapping):
+        return {key: redacted(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [redacted(value) for value in data]
+    return data
 
 
 def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -10,7 +10,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +20,20 @@ from flashdraft.errors import UserError
 MARKER = ".flashdraft-output.json"
 
 
-def check_output_dir(path: str | Path, command: str, *, flag: str = "--output", overwrite: bool = False) -> Path:
+def check_output_dir(
+    path: str | Path,
+    command: str,
+    *,
+    flag: str = "--output",
+    overwrite: bool | None = False,
+    produced: Callable[[Path], bool] | None = None,
+) -> Path:
     """Refuse an output folder that holds something this command did not write; returns it resolved.
 
-    Allowed: a new or empty folder, or an earlier output of the same command (its marker file says so),
-    which is replaced when the new output is complete. Refused always: a file, the working folder, the
-    home folder and the filesystem root. Any other non-empty folder only with `overwrite`.
+    Allowed: a new or empty folder, or an earlier output of the same command, which it replaces or
+    continues: `produced(folder)` says so, or else the marker file `mark_output` leaves. Refused always:
+    a file, the working folder, the home folder and the filesystem root. Any other non-empty folder is
+    refused unless `overwrite` (None: the command has no --overwrite to offer).
     """
     path = Path(path).expanduser()
     resolved = path.resolve()
@@ -34,14 +42,41 @@ def check_output_dir(path: str | Path, command: str, *, flag: str = "--output", 
     if resolved.exists() and not resolved.is_dir():
         raise UserError(f"{flag} {path} is a file; give a folder")
     if resolved.is_dir() and any(resolved.iterdir()) and not overwrite:
-        marker = resolved / MARKER
-        written_by = json.loads(marker.read_text()).get("command") if marker.is_file() else None
-        if written_by != command:
+        ours = produced(resolved) if produced is not None else _marked_by(resolved, command)
+        if not ours:
+            offer = "" if overwrite is None else ", or pass --overwrite to replace what is there"
             raise UserError(
                 f"{flag} {path} is not empty and is not an earlier output of `flashdraft {command}`; give a new or "
-                "empty folder, or pass --overwrite to replace what is there"
+                f"empty folder{offer}"
             )
     return resolved
+
+
+def check_output_file(path: str | Path | None, what: str) -> Path:
+    """An output file path that can be written: not a folder, its folder a folder (created if missing)."""
+    if not path:
+        raise UserError(f"{what} is not set; give the file to write")
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise UserError(f"{what} {path} is a folder; give a file path, e.g. {path / 'report.json'}")
+    parent = path.parent
+    if parent.exists() and not parent.is_dir():
+        raise UserError(f"{what} {path}: {parent} is a file, not a folder")
+    return path
+
+
+def holds_only(*names: str) -> Callable[[Path], bool]:
+    """A `produced` test: the folder holds nothing but these names (and hidden temp files of ours)."""
+    allowed = set(names)
+    return lambda folder: all(p.name in allowed or p.name.startswith(".") for p in folder.iterdir())
+
+
+def _marked_by(folder: Path, command: str) -> bool:
+    marker = folder / MARKER
+    try:
+        return marker.is_file() and json.loads(marker.read_text()).get("command") == command
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def mark_output(folder: str | Path, command: str) -> None:

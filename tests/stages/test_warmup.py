@@ -186,7 +186,7 @@ def test_bad_options_leave_nothing(tiny_target, tmp_path, capsys):
     assert not out.exists()
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "thesis.tex").write_text("precious")
-    with pytest.raises(UserError, match="not empty and holds no warmup"):
+    with pytest.raises(UserError, match="is not empty and is not an earlier output of `flashdraft warmup`"):
         warmup(target, prompts, tmp_path / "busy", **FAST)
     assert os.listdir(tmp_path / "busy") == ["thesis.tex"]
     mismatched = save_tiny_target(tmp_path / "mismatched", "llama", vocab_size=200)  # tokenizer: 260

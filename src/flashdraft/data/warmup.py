@@ -32,7 +32,7 @@ from flashdraft.data.generation import DEFAULT_BATCH, load_generator, resolve_ba
 from flashdraft.data.sampling import Sampling, target_sampling
 from flashdraft.data.sources import load_chat_dataset
 from flashdraft.errors import UserError
-from flashdraft.files import write_json, write_text
+from flashdraft.files import check_output_dir, write_json, write_text
 from flashdraft.model.mask_token import resolve_mask_token
 from flashdraft.target.cache import materialise
 from flashdraft.target.fast_path import fast_path_status
@@ -78,7 +78,7 @@ def run_warmup(
     output = Path(warmup.output_dir).expanduser().resolve()
     name = target.name_or_path
     device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    _check_output_is_ours(output)
+    check_output_dir(output, "warmup", overwrite=None, produced=_is_warmup)
     rows = load_chat_dataset(warmup.prompts, split="train", limit=warmup.num_samples, seed=warmup.seed)
 
     if rank == 0:  # the cache is shared: one download or dequantisation, the others find it
@@ -180,14 +180,9 @@ def _result(output: Path, manifest: dict, summary: dict, stats: dict) -> WarmupR
                         manifest["target"].get("revision"), manifest, summary, stats)
 
 
-def _check_output_is_ours(output: Path) -> None:
-    if output.exists() and not output.is_dir():
-        raise UserError(f"warmup output {output} is a file; give a folder")
-    if output.is_dir() and any(output.iterdir()):
-        if not ((output / "manifest.json").is_file() or (output / WORK_DIR).is_dir()):
-            raise UserError(
-                f"warmup output {output} is not empty and holds no warmup; give a new or empty folder"
-            )
+def _is_warmup(folder: Path) -> bool:
+    """An earlier warmup's output: finished (its manifest) or interrupted (its resume state)."""
+    return (folder / "manifest.json").is_file() or (folder / WORK_DIR).is_dir()
 
 
 def _finished_result(output: Path, settings: dict) -> WarmupResult | None:

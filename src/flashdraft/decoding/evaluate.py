@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
 
 import torch
 from tqdm import tqdm
@@ -29,7 +28,7 @@ from flashdraft.decoding.prompt_lookup import prompt_lookup
 from flashdraft.decoding.proposers import DraftProposer
 from flashdraft.decoding.target_runner import TargetRunner, check_target
 from flashdraft.errors import UserError
-from flashdraft.files import write_json
+from flashdraft.files import check_output_file, write_json
 from flashdraft.model import DFlashDraftModel
 from flashdraft.model.check import check_draft, read_draft_config
 from flashdraft.target.fast_path import fast_path_status
@@ -103,7 +102,7 @@ def _bench_report(bench: Benchmark, spec: list[Generation], plain: list[Generati
 
 def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
     """Run the evaluation, write the report JSON (+ PNG plots next to it) and return the report."""
-    draft, output = evaluation.draft, Path(evaluation.output)
+    draft, output = evaluation.draft, check_output_file(evaluation.output, "evaluate.output (--output)")
     max_new_tokens, seed = evaluation.max_new_tokens, evaluation.seed
     params = Sampling(evaluation.temperature, evaluation.top_p, evaluation.top_k)
     trust_remote_code = target.trust_remote_code
@@ -120,8 +119,9 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
             raise UserError("--vllm needs the target as an HF folder or hub id, not a .gguf; `flashdraft warmup` "
                             "materialises a GGUF into a folder (its manifest.json names it as target_path)")
     block = evaluation.block_size or draft_config.block_size
-    if block < 2:
-        raise UserError(f"block size must be >= 2 (anchor + at least one draft), got {block}")
+    if not 2 <= block <= draft_config.block_size:
+        raise UserError(f"evaluate.block_size {block} is outside 2..{draft_config.block_size}: the draft was trained "
+                        f"for blocks of {draft_config.block_size} (leave it unset to use that)")
     suite = [load_benchmark(spec, evaluation.num_prompts) for spec in evaluation.benchmarks]
     names = [b.name for b in suite]
     if len(set(names)) != len(names):

@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from flashdraft.config import Config, LaunchConfig
+from flashdraft.config import Config, LaunchConfig, redact
 from flashdraft.errors import UserError
 from flashdraft.launch.arguments import OUTPUT_DIR_KEYS, changed_values, command_arguments
 from flashdraft.launch.kube import default_namespace
@@ -217,6 +217,12 @@ def job_spec(config: Config) -> LaunchSpec:
         raise UserError(
             f"set the output dir with --output-dir (launch.output_dir=), not {output_key}: it must be on a PVC"
         )
+    env = {**{k: os.environ[k] for k in PROPAGATED_ENV if os.environ.get(k)}, **launch.env}
+    for where, value in (("tracking.uri", config.tracking.uri), *((f"the env {k}", v) for k, v in env.items())):
+        if value and redact(value) != value:
+            raise UserError(f"{where} holds a password: it would be written into the job's manifest for anyone "
+                            "who can read it; give credentials through a Secret instead (--secret-env "
+                            "MLFLOW_TRACKING_PASSWORD=flashdraft-mlflow-auth:MLFLOW_TRACKING_PASSWORD)")
     name = launch.name or f"flashdraft-train-{uuid.uuid4().hex[:8]}"
     pvcs = [PVCMount.parse(text) for text in launch.pvcs]
     output_dir = launch.output_dir or str(PurePosixPath(pvcs[0].mount_path) / "runs" / name)
@@ -227,7 +233,7 @@ def job_spec(config: Config) -> LaunchSpec:
         image=launch.image,
         pvcs=pvcs,
         secret_env=[SecretEnv.parse(text) for text in launch.secret_env],
-        env={**{k: os.environ[k] for k in PROPAGATED_ENV if os.environ.get(k)}, **launch.env},
+        env=env,
         output_dir=output_dir,
         command_args=command_arguments(config, output_dir, portable=True),
     )

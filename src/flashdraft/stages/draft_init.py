@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flashdraft.config import Config
+from flashdraft.files import check_output_dir, holds_only
 from flashdraft.model.build import build_draft_config, new_draft
 from flashdraft.model.card import DraftCard
 from flashdraft.model.export import export_draft
@@ -42,14 +43,22 @@ class DraftInitResult:
     config: dict  # the draft's config.json
 
 
+# What an earlier draft-init (or a train export) leaves in its folder: it may be replaced.
+DRAFT_FILES = ("config.json", "model.safetensors", "README.md", "generation_config.json")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser, FLAGS)
     parser.add_argument("--recipe", dest="config", metavar="RECIPE", help="the same as --config")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace what the output folder holds even when it is not an earlier draft")
 
 
-def run(config: Config) -> DraftInitResult:
-    """Build a fresh draft from `config.draft` for `config.target` and write it to draft.output_dir."""
-    output = Path(require(config.draft.output_dir, "draft.output_dir", "--output"))
+def run(config: Config, *, overwrite: bool = False) -> DraftInitResult:
+    """Build a fresh draft from `config.draft` for `config.target` and write it to draft.output_dir (a new
+    or empty folder, or an earlier draft, which is replaced; anything else only with `overwrite`)."""
+    output = check_output_dir(require(config.draft.output_dir, "draft.output_dir", "--output"), "draft-init",
+                              overwrite=overwrite, produced=holds_only(*DRAFT_FILES))
     t = config.target
     with step_run("draft-init", tracking_uri=config.tracking.uri, experiment=config.tracking.experiment) as tracked:
         tracked.log_config(config)
@@ -64,6 +73,6 @@ def run(config: Config) -> DraftInitResult:
 
 
 def main(args: argparse.Namespace) -> int:
-    result = run(config_from_args(args))
+    result = run(config_from_args(args), overwrite=args.overwrite)
     print(f"draft written to {result.path} ({result.num_parameters / 1e6:.1f}M parameters)")
     return 0

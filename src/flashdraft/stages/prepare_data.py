@@ -37,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(config: Config) -> PrepareResult:
-    output = files.check_output_dir(require(config.data.cache_dir, "data.cache_dir", "--output"), "prepare-data")
+    output = files.check_output_dir(require(config.data.cache_dir, "data.cache_dir", "--output"), "prepare-data",
+                                   overwrite=None)
     t = config.target
     target_config = load_target_config(t.name_or_path, trust_remote_code=t.trust_remote_code)
     tokenizer = load_tokenizer(t.name_or_path, trust_remote_code=t.trust_remote_code)

@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from flashdraft.config import redact
 from flashdraft.errors import UserError
 from flashdraft.files import write_text
 from flashdraft.tracking import runs as tracking
@@ -150,6 +151,7 @@ def _number(value: Any) -> str:
 
 
 def ui_hint(tracking_uri: str) -> str:
+    tracking_uri = redact(tracking_uri)
     if tracking_uri.startswith(("http://", "https://")):
         return f"open {tracking_uri} in a browser"
     return f"mlflow ui --backend-store-uri {tracking_uri}   (then open http://127.0.0.1:5000)"

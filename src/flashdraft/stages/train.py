@@ -20,15 +20,17 @@ from flashdraft.tracking.runs import step_run
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
+    parser.add_argument("--overwrite", action="store_true",
+                        help="write into train.output_dir even when it holds files that are not a run's")
 
 
-def run(config: Config) -> dict[str, Any]:
+def run(config: Config, *, overwrite: bool = False) -> dict[str, Any]:
     """Train as this process's rank; the summary (`summary["export"]` is the exported draft folder)."""
     from flashdraft.train.distributed import teardown
     from flashdraft.train.trainer import Trainer
 
     try:
-        trainer = Trainer(config)  # checks, data and weights; bad input fails here, before a run opens
+        trainer = Trainer(config, overwrite=overwrite)  # checks, data, weights: bad input fails before a run opens
         t = config.tracking
         with step_run("train", tracking_uri=t.uri, experiment=t.experiment, enabled=trainer.dist.is_main) as tracked:
             tracked.log_config(config)
@@ -52,7 +54,7 @@ def main(args: argparse.Namespace) -> int:
     if relaunch is not None:
         os.execv(relaunch[0], relaunch)
 
-    summary = run(config)
+    summary = run(config, overwrite=args.overwrite)
     if int(os.environ.get("RANK", 0)) == 0:
         print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=1, default=str))
     return 0

@@ -14,12 +14,18 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from flashdraft.config import flatten, to_dict
+from flashdraft.config import check_tracking_uri, flatten, redact, redacted, to_dict
+from flashdraft.errors import UserError
 
 log = logging.getLogger(__name__)
 
 PARENT_RUN_ENV = "FLASHDRAFT_PARENT_RUN_ID"
 DEFAULT_EXPERIMENT = "flashdraft"
+# MLflow's own defaults retry an unreachable server for minutes; a step should fail within 30 s instead
+# (the user's own settings of these variables win).
+FAST_FAILURE = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "8", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+                "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "0.5"}
+HEALTH_TIMEOUT_S = 10
 
 
 def use_step_environment(
@@ -46,6 +52,30 @@ def tracking_enabled(tracking_uri: str | None = None) -> bool:
     return bool(tracking_uri or os.environ.get("MLFLOW_TRACKING_URI"))
 
 
+def reachable(uri: str) -> str:
+    """`uri` checked: a usable tracking URI, and for a server, one that answers within seconds; a
+    UserError otherwise (never minutes of retries). Sets MLflow's request limits for the process."""
+    for name, value in FAST_FAILURE.items():
+        os.environ.setdefault(name, value)
+    where = "the tracking URI (tracking.uri or MLFLOW_TRACKING_URI)"
+    check_tracking_uri(uri, where)
+    if uri.startswith(("http://", "https://")):
+        import urllib.error
+        import urllib.parse
+        import urllib.request
+
+        parts = urllib.parse.urlsplit(uri)
+        health = urllib.parse.urlunsplit((parts.scheme, parts.hostname + (f":{parts.port}" if parts.port else ""),
+                                          parts.path.rstrip("/") + "/health", "", ""))
+        try:  # /health answers without a login, also behind MLflow's basic-auth app
+            urllib.request.urlopen(health, timeout=HEALTH_TIMEOUT_S).close()
+        except (urllib.error.URLError, OSError, ValueError) as err:
+            reason = getattr(err, "reason", err)
+            raise UserError(f"cannot reach the MLflow server at {redact(uri)} ({reason}); check {where}, the "
+                            "server, and the network between them") from None
+    return uri
+
+
 class StepRun:
     """One MLflow run of a step; every method is a no-op when tracking is off."""
 
@@ -62,7 +92,7 @@ class StepRun:
             import mlflow
 
             # MLflow caps a param value at 6000 characters.
-            flat = {k: str(v)[:6000] for k, v in flatten(params).items()}
+            flat = {k: redact(str(v))[:6000] for k, v in flatten(params).items()}
             mlflow.log_params(flat, run_id=self.run_id)
 
     def log_config(self, config: Any) -> None:
@@ -82,7 +112,7 @@ class StepRun:
         if self.active:
             import mlflow
 
-            mlflow.log_dict(dict(data), artifact_file, run_id=self.run_id)
+            mlflow.log_dict(redacted(dict(data)), artifact_file, run_id=self.run_id)
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         if not self.active:
@@ -119,17 +149,18 @@ def step_run(
     if not enabled or not tracking_enabled(tracking_uri):
         yield StepRun(None)
         return
+    uri = reachable(tracking_uri or os.environ["MLFLOW_TRACKING_URI"])
     import mlflow
 
     # Always set: an earlier set_tracking_uri in this process would otherwise win over the environment.
-    mlflow.set_tracking_uri(tracking_uri or os.environ["MLFLOW_TRACKING_URI"])
+    mlflow.set_tracking_uri(uri)
     mlflow.set_experiment(experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_EXPERIMENT)
     parent = os.environ.get(PARENT_RUN_ENV)
     tags = {"flashdraft.step": name}
     if parent:
         tags["mlflow.parentRunId"] = parent
     run = mlflow.start_run(run_name=name, tags=tags)
-    log.info("MLflow run %s (%s) at %s", run.info.run_id, name, mlflow.get_tracking_uri())
+    log.info("MLflow run %s (%s) at %s", run.info.run_id, name, redact(mlflow.get_tracking_uri()))
     try:
         yield StepRun(run.info.run_id, mlflow.get_tracking_uri())
     except BaseException:

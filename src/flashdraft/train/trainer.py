@@ -27,11 +27,11 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.tensor import DTensor
 from tqdm import tqdm
 
-from flashdraft.config import Config, flatten, to_dict, to_yaml
+from flashdraft.config import Config, flatten, redacted, to_dict, to_yaml
 from flashdraft.errors import UserError
 from flashdraft.data.loader import StepLoader, eval_batches
 from flashdraft.data.prepare import prepare_datasets
-from flashdraft.files import write_json, write_text
+from flashdraft.files import check_output_dir, holds_only, write_json, write_text
 from flashdraft.objectives import add_sums, eval_sums, get_objective
 from flashdraft.target.fast_path import fast_path_status, require_fast_path
 from flashdraft.target.source import load_target_config, load_tokenizer
@@ -45,13 +45,17 @@ from flashdraft.train.step import accumulate_gradients, global_sums
 log = logging.getLogger(__name__)
 
 CRASH_ENV = "FLASHDRAFT_CRASH_AFTER_STEP"
+# What a run writes into train.output_dir (and a resumed run finds there).
+TRAIN_OUTPUTS = ("config.yaml", "metrics.jsonl", "summary.json", "checkpoints", "export", "tokenized")
 SUMMARY_WINDOW = 20  # the summary's train metrics cover the last steps
 
 
 class Trainer:
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, *, overwrite: bool = False):
         self.config = config
-        self.out = Path(config.train.output_dir)
+        # An earlier run's folder is resumed; a folder of the user's is never written into unasked.
+        self.out = check_output_dir(config.train.output_dir, "train", flag="train.output_dir", overwrite=overwrite,
+                                    produced=holds_only(*TRAIN_OUTPUTS))
         self.dist = dist = setup()
         train, t = config.train, config.target
 
@@ -130,7 +134,7 @@ class Trainer:
         """Train (resuming from the newest checkpoint), evaluate, export; the summary (every rank), also
         written to summary.json. `on_metrics(step, values)` gets every logged line of metrics.jsonl (rank 0)."""
         dist, train = self.dist, self.config.train
-        resolved = to_dict(self.config)
+        resolved = redacted(to_dict(self.config))  # what checkpoints and summary.json record
         if dist.is_main:
             write_text(self.out / "config.yaml", to_yaml(self.config))
             for leftover in self.out.glob(".export.*.tmp"):  # of an export that died with its process
