@@ -161,7 +161,7 @@ def test_two_promotions_at_once_crown_the_better_draft(mlflow_server, tmp_path, 
 @pytest.mark.slow
 @pytest.mark.parametrize("point", ["after_artifacts", "after_register"])
 def test_a_promotion_killed_midway_completes_on_a_rerun(mlflow_server, tmp_path, point):
-    draft = save_tiny_draft(tmp_path / "d", seed=len(point))  # a draft of its own for each kill point
+    draft = save_tiny_draft(tmp_path / "d", seed=1000 + len(point))  # a draft of its own for each kill point
     (tmp_path / "report.json").write_text(json.dumps(report()))
     name = f"killed-{point.replace('_', '-')}"
     command = [sys.executable, "-m", "flashdraft.cli", "promote", "--draft", str(draft), "--report",

@@ -23,8 +23,8 @@ PARENT_RUN_ENV = "FLASHDRAFT_PARENT_RUN_ID"
 DEFAULT_EXPERIMENT = "flashdraft"
 # MLflow's own defaults retry an unreachable server for minutes; a step should fail within 30 s instead
 # (the user's own settings of these variables win).
-FAST_FAILURE = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "8", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
-                "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "0.5"}
+FAST_FAILURE = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "7", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+                "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
 HEALTH_TIMEOUT_S = 10
 
 
