@@ -82,3 +82,17 @@ def test_flex_attention_needs_a_gpu(capsys, no_weights, tiny_target, tmp_path):
     err = train_error(capsys, tiny_train_args(tiny_target("qwen3"), data, tmp_path / "out",
                                               **{"objective.attention": "flex"}))
     assert "needs a CUDA device" in err
+
+
+def test_init_from_of_another_shape_is_refused_not_overridden(capsys, no_weights, tiny_target, tmp_path):
+    target = tiny_target("qwen3")
+    data = alphabet_chats(tmp_path / "chats.jsonl", rows=8)
+    draft = write_draft(target, tmp_path / "draft", num_layers=1, block_size=8, target_layer_ids=[1])
+    err = train_error(capsys, tiny_train_args(target, data, tmp_path / "out", **{"draft.init_from": draft}))
+    assert "draft.block_size=4 (the folder has 8)" in err and "drop draft.init_from" in err
+    assert not (tmp_path / "out" / "tokenized").exists()  # refused before the data work
+    weights = draft / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-64])
+    err = train_error(capsys, tiny_train_args(target, data, tmp_path / "out2",
+                                              **{"draft.init_from": draft, "draft.block_size": 8}))
+    assert "model.safetensors is truncated" in err

@@ -29,7 +29,7 @@ from flashdraft.errors import UserError
 from flashdraft.files import write_json
 from flashdraft.objectives import eval_sums
 from flashdraft.objectives.mdlm import MDLMObjective
-from flashdraft.target.source import load_target_config, load_tokenizer
+from flashdraft.target.source import check_weights, load_target_config, load_tokenizer, source_of
 from flashdraft.train.models import load_models
 
 
@@ -73,8 +73,10 @@ def evaluate_diffusion_lm(config: Config, output: Path) -> dict[str, Any]:
     # The model under evaluation is the target; a training recipe's draft.init_from is not.
     config = dataclasses.replace(config, draft=dataclasses.replace(config.draft, init_from=None))
     t, settings = config.target, config.evaluate
-    model_config = load_target_config(t.name_or_path, trust_remote_code=t.trust_remote_code)
-    tokenizer = load_tokenizer(t.name_or_path, trust_remote_code=t.trust_remote_code)
+    source = source_of(t)
+    check_weights(source)
+    model_config = load_target_config(source, trust_remote_code=t.trust_remote_code)
+    tokenizer = load_tokenizer(source, trust_remote_code=t.trust_remote_code)
     # Any trained diffusion LM is measured with the MDLM corruption (hybrid exports too).
     objective = MDLMObjective(config, model_config, MDLMObjective.check(config, model_config, tokenizer))
     with tempfile.TemporaryDirectory() as cache:

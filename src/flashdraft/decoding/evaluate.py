@@ -33,7 +33,13 @@ from flashdraft.model import DFlashDraftModel
 from flashdraft.model.check import check_draft, read_draft_config
 from flashdraft.target.fast_path import fast_path_status
 from flashdraft.target.frozen import FrozenTarget
-from flashdraft.target.source import check_draft_fits, load_target_config, load_tokenizer, resolve_source
+from flashdraft.target.source import (
+    check_draft_fits,
+    check_weights,
+    load_target_config,
+    load_tokenizer,
+    source_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +114,8 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
     trust_remote_code = target.trust_remote_code
     # Everything that can be wrong with the inputs is checked before any weights are loaded.
     draft_config = read_draft_config(draft, "evaluate.draft")
-    source = resolve_source(target.name_or_path)
+    source = source_of(target)
+    check_weights(source)
     target_config = load_target_config(source, trust_remote_code=trust_remote_code)
     check_draft_fits(draft_config, target_config)
     check_draft(draft, "evaluate.draft")  # whole weights of the right shapes, before anything loads
@@ -211,8 +218,9 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
         if torch_device.type == "cuda":
             torch.cuda.empty_cache()
         measured = vllm_measure.measure(
-            source.path, draft, {name: [ids[0].tolist() for ids in prompts] for name, prompts in encoded.items()},
-            max_new_tokens=max_new_tokens, params=params, block_size=block, stop_ids=stops, seed=seed)
+            source, draft, {name: [ids[0].tolist() for ids in prompts] for name, prompts in encoded.items()},
+            max_new_tokens=max_new_tokens, params=params, block_size=block, stop_ids=stops, seed=seed,
+            trust_remote_code=trust_remote_code)
         for name, numbers in measured.items():
             results[name]["vllm"] = numbers
 

@@ -20,6 +20,7 @@ import torch
 
 from flashdraft.data.sampling import Sampling, vllm_sampling
 from flashdraft.errors import UserError
+from flashdraft.target.source import TargetSource
 
 _DRAFTS = "vllm:spec_decode_num_drafts"
 _ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
@@ -62,12 +63,14 @@ def _decode(llm, prompts: Sequence[list[int]], max_new_tokens: int, params: Samp
     return outputs, tokens, seconds
 
 
-def _run(target: str, speculative: dict | None, encoded: Mapping[str, Sequence[list[int]]], max_new_tokens: int,
-         params: Sampling, stop_ids: set[int], seed: int) -> dict[str, dict]:
+def _run(target: TargetSource, speculative: dict | None, encoded: Mapping[str, Sequence[list[int]]],
+         max_new_tokens: int, params: Sampling, stop_ids: set[int], seed: int,
+         trust_remote_code: bool) -> dict[str, dict]:
     from vllm import LLM
 
-    llm = LLM(model=target, speculative_config=speculative, max_num_seqs=1, seed=seed,
-              enable_prefix_caching=False, disable_log_stats=False)
+    llm = LLM(model=target.path, revision=target.revision, trust_remote_code=trust_remote_code,
+              speculative_config=speculative, max_num_seqs=1, seed=seed, enable_prefix_caching=False,
+              disable_log_stats=False)
     try:
         _decode(llm, [next(iter(encoded.values()))[0]], min(max_new_tokens, 32), params, stop_ids, seed)  # warm-up
         results = {}
@@ -85,14 +88,14 @@ def _run(target: str, speculative: dict | None, encoded: Mapping[str, Sequence[l
             torch.cuda.empty_cache()
 
 
-def measure(target: str | Path, draft: str | Path, encoded: Mapping[str, Sequence[list[int]]], *,
+def measure(target: TargetSource, draft: str | Path, encoded: Mapping[str, Sequence[list[int]]], *,
             max_new_tokens: int, params: Sampling, block_size: int, stop_ids: set[int],
-            seed: int) -> dict[str, dict]:
+            seed: int, trust_remote_code: bool) -> dict[str, dict]:
     """Per benchmark: vLLM's tau, per-slot acceptance, tokens/s with and without the draft, speedup."""
     require_vllm()
     speculative = {"method": "dflash", "model": str(draft), "num_speculative_tokens": block_size - 1}
-    plain = _run(str(target), None, encoded, max_new_tokens, params, stop_ids, seed)
-    spec = _run(str(target), speculative, encoded, max_new_tokens, params, stop_ids, seed)
+    plain = _run(target, None, encoded, max_new_tokens, params, stop_ids, seed, trust_remote_code)
+    spec = _run(target, speculative, encoded, max_new_tokens, params, stop_ids, seed, trust_remote_code)
     report = {}
     for name in encoded:
         s, p = spec[name], plain[name]

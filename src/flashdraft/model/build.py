@@ -10,7 +10,7 @@ import torch
 
 from flashdraft.config import DraftConfig
 from flashdraft.errors import UserError
-from flashdraft.model.check import read_draft_config
+from flashdraft.model.check import check_draft
 from flashdraft.model.config import DFlashDraftConfig, default_target_layer_ids
 from flashdraft.model.mask_token import resolve_mask_token
 from flashdraft.model.modeling import DFlashDraftModel
@@ -75,8 +75,46 @@ def build_draft_config(draft: DraftConfig, target_config, tokenizer) -> DFlashDr
 def initial_draft_config(draft: DraftConfig, target_config, tokenizer) -> DFlashDraftConfig:
     """The config of the draft training starts from: `draft.init_from`'s, or a fresh one's."""
     if draft.init_from:
-        return read_draft_config(draft.init_from, "draft.init_from")
+        # The whole folder (weights of the config's shapes), before the trainer tokenises anything.
+        config = check_draft(draft.init_from, "draft.init_from").config
+        _check_init_from_agrees(draft, config)
+        return config
     return build_draft_config(draft, target_config, tokenizer)
+
+
+# draft field -> the value a loaded draft config has for it
+_SHAPE_OF_DRAFT = {
+    "num_layers": lambda c: c.num_hidden_layers,
+    "num_taps": lambda c: len(c.target_layer_ids),
+    "target_layer_ids": lambda c: list(c.target_layer_ids),
+    "block_size": lambda c: c.block_size,
+    "mask_token_id": lambda c: c.mask_token_id,
+    "num_attention_heads": lambda c: c.num_attention_heads,
+    "num_key_value_heads": lambda c: c.num_key_value_heads,
+    "head_dim": lambda c: c.head_dim,
+    "intermediate_size": lambda c: c.intermediate_size,
+    "rope_theta": lambda c: (c.rope_parameters or {}).get("rope_theta"),
+    "rms_norm_eps": lambda c: c.rms_norm_eps,
+    "max_position_embeddings": lambda c: c.max_position_embeddings,
+    "hidden_size": lambda c: c.hidden_size,
+}
+
+
+def _check_init_from_agrees(draft: DraftConfig, config: DFlashDraftConfig) -> None:
+    """A draft started from `init_from` keeps that draft's shape; a shape the config asks for (a value other
+    than the default) that the folder does not have is an error, not something to drop silently."""
+    defaults = DraftConfig()
+    clashes = [
+        f"draft.{key}={getattr(draft, key)!r} (the folder has {shape(config)!r})"
+        for key, shape in _SHAPE_OF_DRAFT.items()
+        if getattr(draft, key) != getattr(defaults, key) and getattr(draft, key) != shape(config)
+    ]
+    if clashes:
+        raise UserError(
+            f"draft.init_from {draft.init_from!r} is a draft of another shape than the draft section asks for: "
+            f"{'; '.join(clashes)}. Training continues the folder's draft as it is: drop these keys, or drop "
+            "draft.init_from to build a fresh draft of this shape"
+        )
 
 
 def new_draft(config: DFlashDraftConfig, seed: int) -> DFlashDraftModel:

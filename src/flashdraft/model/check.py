@@ -59,7 +59,7 @@ def safetensors_header(path: Path) -> dict:
     end = max((entry["data_offsets"][1] for entry in header.values()), default=0)
     if 8 + length + end != size:
         raise UserError(f"{path} is truncated or padded: its tensors end at byte {8 + length + end}, the file has "
-                        f"{size}; export the draft again")
+                        f"{size}; write or copy it again")
     return header
 
 

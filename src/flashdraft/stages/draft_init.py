@@ -17,7 +17,7 @@ from flashdraft.model.build import build_draft_config, new_draft
 from flashdraft.model.card import DraftCard
 from flashdraft.model.export import export_draft
 from flashdraft.stages.args import Flag, add_config_arguments, comma_ints, config_from_args, require
-from flashdraft.target.source import load_target_config, load_tokenizer
+from flashdraft.target.source import load_target_config, load_tokenizer, source_of
 from flashdraft.tracking.runs import step_run
 
 FLAGS = [
@@ -62,8 +62,9 @@ def run(config: Config, *, overwrite: bool = False) -> DraftInitResult:
     t = config.target
     with step_run("draft-init", tracking_uri=config.tracking.uri, experiment=config.tracking.experiment) as tracked:
         tracked.log_config(config)
-        target_config = load_target_config(t.name_or_path, trust_remote_code=t.trust_remote_code)
-        tokenizer = load_tokenizer(t.name_or_path, trust_remote_code=t.trust_remote_code)
+        source = source_of(t)
+        target_config = load_target_config(source, trust_remote_code=t.trust_remote_code)
+        tokenizer = load_tokenizer(source, trust_remote_code=t.trust_remote_code)
         draft = new_draft(build_draft_config(config.draft, target_config, tokenizer), config.draft.seed)
         card = DraftCard.describe(draft, target=t.name_or_path, recipe=config.recipe)
         result = DraftInitResult(export_draft(draft, output, card), card.num_parameters, draft.config.to_diff_dict())

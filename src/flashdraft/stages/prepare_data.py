@@ -15,7 +15,7 @@ from flashdraft.config import Config, to_yaml
 from flashdraft.data.prepare import prepare_datasets
 from flashdraft.objectives import get_objective
 from flashdraft.stages.args import Flag, add_config_arguments, config_from_args, require
-from flashdraft.target.source import load_target_config, load_tokenizer
+from flashdraft.target.source import load_target_config, load_tokenizer, source_of
 from flashdraft.tracking.runs import step_run
 
 FLAGS = [
@@ -40,8 +40,9 @@ def run(config: Config) -> PrepareResult:
     output = files.check_output_dir(require(config.data.cache_dir, "data.cache_dir", "--output"), "prepare-data",
                                    overwrite=None)
     t = config.target
-    target_config = load_target_config(t.name_or_path, trust_remote_code=t.trust_remote_code)
-    tokenizer = load_tokenizer(t.name_or_path, trust_remote_code=t.trust_remote_code)
+    source = source_of(t)
+    target_config = load_target_config(source, trust_remote_code=t.trust_remote_code)
+    tokenizer = load_tokenizer(source, trust_remote_code=t.trust_remote_code)
     # The objective decides which samples are too short to train on.
     objective = get_objective(config.objective.name).plan(config, target_config, tokenizer)
     with step_run("prepare-data", tracking_uri=config.tracking.uri, experiment=config.tracking.experiment) as run:

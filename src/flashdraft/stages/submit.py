@@ -7,10 +7,13 @@ import argparse
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from urllib.parse import urlparse
 
 import yaml
 
+from flashdraft.errors import UserError
 from flashdraft.files import write_text
+from flashdraft.launch.job_spec import check_quantity
 from flashdraft.stages.run import compiled_yaml, load_pipeline, parse_arguments
 
 
@@ -45,28 +48,42 @@ def submit(
     the MLflow steps never do). `output`: also write the compiled pipeline there (as compiled).
     """
     import kfp
+    from kfp_server_api.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
 
+    url = urlparse(host)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise UserError(f"--host {host!r} is not an http(s) URL; give the Kubeflow Pipelines API endpoint, e.g. "
+                        "http://ml-pipeline-ui.kubeflow:80 or https://kubeflow.example.com/pipeline")
     _, pipeline = load_pipeline(path, env)
     arguments = parse_arguments(pipeline, items)
     package = compiled_yaml(pipeline)
     if output:
         write_text(output, package)
-    client = kfp.Client(host=host, namespace=namespace)
     with tempfile.TemporaryDirectory() as tmp:
         package_path = write_text(Path(tmp) / "pipeline.yaml", package if cache else without_caching(package))
-        return client.create_run_from_pipeline_package(
-            str(package_path),
-            arguments=arguments,
-            run_name=run_name,
-            experiment_name=experiment,
-            namespace=namespace,
-            service_account=service_account,
-        )
+        try:
+            client = kfp.Client(host=host, namespace=namespace)
+            return client.create_run_from_pipeline_package(
+                str(package_path),
+                arguments=arguments,
+                run_name=run_name,
+                experiment_name=experiment,
+                namespace=namespace,
+                service_account=service_account,
+            )
+        except (HTTPError, OSError) as err:
+            raise UserError(f"cannot reach the Kubeflow Pipelines API at {host} ({type(err).__name__}): check "
+                            "--host (a port-forward or ingress to ml-pipeline) and that the server is up") from err
+        except ApiException as err:
+            raise UserError(f"the Kubeflow Pipelines API at {host} refused the run: HTTP {err.status} "
+                            f"{err.reason}; {str(err.body or '')[:300]}") from err
 
 
 def _compile_env(args: argparse.Namespace) -> dict[str, str]:
     env = {}
     if args.workspace_size:
+        check_quantity(args.workspace_size, "--workspace-size")
         env["FLASHDRAFT_WORKSPACE_SIZE"] = args.workspace_size
     if args.storage_class:
         env["FLASHDRAFT_STORAGE_CLASS"] = args.storage_class

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from flashdraft.errors import UserError
 from flashdraft.files import atomic_dir, write_json
-from flashdraft.target.source import resolve_source
+from flashdraft.target.source import TargetSource, check_weights, resolve_source
 
 log = logging.getLogger(__name__)
 
@@ -82,17 +82,14 @@ def materialise(
 ) -> MaterialisedTarget:
     """Resolve `spec` (hub id | folder | .gguf | packaged:NAME) to a loadable HF folder (module docstring)."""
     cache = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
-    source = resolve_source(spec)
+    source = resolve_source(spec, revision, trust_remote_code=trust_remote_code)
     if source.gguf_file:
-        if revision:
-            raise UserError("--revision applies to hub ids only; a .gguf file has none")
         return _dequantised(spec, Path(source.path) / source.gguf_file, cache / "gguf")
     if source.is_local:
-        if revision:
-            raise UserError("--revision applies to hub ids only; a local folder has none")
         folder = Path(source.path)
         if not (folder / "config.json").is_file():
             raise UserError(f"target folder {folder} has no config.json; give an HF model folder")
+        check_weights(source)
         manifest = {"source": spec, "kind": "folder", "path": str(folder), "revision": None,
                     "files": weight_files(folder)}
         return MaterialisedTarget(folder, _with_total(manifest))
@@ -121,6 +118,7 @@ def _snapshot(spec: str, repo: str, cache: Path, revision: str | None, trust_rem
             "where the hub is reachable (`hf download <id> --local-dir DIR`) and pass the folder, or pass "
             "a --cache-dir that already holds the snapshot"
         ) from err
+    check_weights(TargetSource(str(folder)))
     # huggingface_hub's cache keeps each snapshot under snapshots/<commit sha>.
     manifest = {"source": spec, "kind": "hub", "path": str(folder), "repo": repo, "revision": folder.name,
                 "files": weight_files(folder)}

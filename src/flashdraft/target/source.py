@@ -1,14 +1,18 @@
 """Where a target comes from (hub id, local HF folder, `.gguf` file, `packaged:NAME`), its config and
-tokenizer, and whether a draft fits it. Reads configs and tokenizers only, never weights."""
+tokenizer, whether its weight files are whole, and whether a draft fits it. Reads configs, tokenizers and
+safetensors headers, never weights."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from flashdraft.config import TargetConfig
 from flashdraft.errors import UserError
+from flashdraft.model.check import safetensors_header
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
@@ -20,9 +24,11 @@ class TargetSource:
     path: str
     gguf_file: str | None = None
     is_local: bool = True
+    revision: str | None = None  # of a hub id
 
     def hf_kwargs(self) -> dict:
-        return {"gguf_file": self.gguf_file} if self.gguf_file else {}
+        kwargs = {"gguf_file": self.gguf_file} if self.gguf_file else {}
+        return kwargs | ({"revision": self.revision} if self.revision else {})
 
     def __str__(self) -> str:
         return os.path.join(self.path, self.gguf_file) if self.gguf_file else self.path
@@ -48,8 +54,56 @@ def _packaged_file(name: str) -> Path:
     return Path(spec.origin).parent / filename
 
 
-def resolve_source(spec: str) -> TargetSource:
-    """Classify a target spec: a local folder, a local GGUF file, `packaged:<name>` or a hub id."""
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+def resolve_source(spec: str, revision: str | None = None, *, trust_remote_code: bool = False) -> TargetSource:
+    """Classify a target spec: a local folder, a local GGUF file, `packaged:<name>` or a hub id (at
+    `revision`, which only hub ids have). Code from the hub (trust_remote_code) runs only at a pinned
+    commit: a branch can change under a run between its steps, or between review and use."""
+    source = _classify(spec)
+    if revision and source.is_local:
+        raise UserError(f"target.revision ({revision!r}) applies to hub ids only; {spec!r} is a local "
+                        f"{'.gguf file' if source.gguf_file else 'folder'}: drop target.revision")
+    if trust_remote_code and not source.is_local and not _COMMIT.match(revision or ""):
+        raise UserError(
+            f"target {spec!r} runs its own modeling code (target.trust_remote_code=true), so target.revision "
+            f"must pin a commit (40 hex digits), not {revision!r}: take the sha of the commit whose code you "
+            f"reviewed from the model page's history (`hf download {spec}` prints the snapshot folder, named "
+            "by its sha) and set target.revision=<sha>"
+        )
+    return TargetSource(source.path, source.gguf_file, source.is_local, revision)
+
+
+def source_of(target: TargetConfig) -> TargetSource:
+    """The source of the `target` section (see resolve_source)."""
+    return resolve_source(target.name_or_path, target.revision, trust_remote_code=target.trust_remote_code)
+
+
+def check_weights(source: TargetSource) -> None:
+    """A local folder's safetensors files are all there and whole (a cut-off copy fails here, in a second,
+    not inside from_pretrained after the data work). Hub ids and GGUF files are checked by their loaders."""
+    if not source.is_local or source.gguf_file:
+        return
+    folder = Path(source.path)
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
+            raise UserError(f"{index} is not a safetensors index (a JSON object with a weight_map): {err}; "
+                            "copy the target folder again") from err
+        missing = [name for name in names if not (folder / name).is_file()]
+        if missing:
+            raise UserError(f"target folder {folder} lacks {', '.join(missing[:3])} (named in {index.name}); "
+                            "the copy is incomplete: copy the target folder again")
+    else:
+        names = sorted(path.name for path in folder.glob("*.safetensors"))
+    for name in names:
+        safetensors_header(folder / name)
+
+
+def _classify(spec: str) -> TargetSource:
     if spec.startswith(PACKAGED_PREFIX):
         spec = str(_packaged_file(spec[len(PACKAGED_PREFIX) :]))
     path = Path(spec).expanduser()

@@ -15,7 +15,7 @@ from flashdraft.model.card import DraftCard, FineTuneCard
 from flashdraft.model.export import draft_from_state, export_draft, export_lm, lm_from_state
 from flashdraft.objectives import Objective
 from flashdraft.target.frozen import FrozenTarget, decoder_layers, load_causal_lm
-from flashdraft.target.source import load_tokenizer
+from flashdraft.target.source import load_tokenizer, source_of
 
 # Compiled code keeps one graph per padded batch length; torch's default of 8 would fall back to the slow
 # eager path on a longer tail of lengths.
@@ -35,7 +35,7 @@ class Models:
 
 
 def _load_lm(target: TargetConfig, device: torch.device, path: str | None = None) -> nn.Module:
-    return load_causal_lm(path or target.name_or_path, dtype=getattr(torch, target.dtype), device=device,
+    return load_causal_lm(path or source_of(target), dtype=getattr(torch, target.dtype), device=device,
                           attn_implementation=target.attn_implementation, trust_remote_code=target.trust_remote_code)
 
 
@@ -71,7 +71,7 @@ def export_trained(config: Config, objective: Objective, target_config, state_di
         return export_draft(draft, path, DraftCard.describe(draft, target=t.name_or_path, recipe=config.recipe,
                                                             trained=True))
     model = lm_from_state(target_config, state_dict, dtype=dtype, trust_remote_code=t.trust_remote_code)
-    source = config.draft.init_from or t.name_or_path
+    source = config.draft.init_from or source_of(t)
     card = FineTuneCard(name=path.name, objective=objective.name, base=t.name_or_path, recipe=config.recipe,
                         mask_token_id=objective.mask_token_id)
     return export_lm(model, load_tokenizer(source, trust_remote_code=t.trust_remote_code), path, card,

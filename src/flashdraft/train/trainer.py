@@ -34,7 +34,7 @@ from flashdraft.data.prepare import prepare_datasets
 from flashdraft.files import check_output_dir, holds_only, write_json, write_text
 from flashdraft.objectives import add_sums, eval_sums, get_objective
 from flashdraft.target.fast_path import fast_path_status, require_fast_path
-from flashdraft.target.source import load_target_config, load_tokenizer
+from flashdraft.target.source import check_weights, load_target_config, load_tokenizer, source_of
 from flashdraft.train.checkpoint import Checkpointer
 from flashdraft.train.distributed import setup, shard, shard_frozen
 from flashdraft.train.metrics import MetricsCallback, MetricsLog, peak_memory_gb
@@ -59,11 +59,13 @@ class Trainer:
         self.dist = dist = setup()
         train, t = config.train, config.target
 
-        self.target_config = load_target_config(t.name_or_path, trust_remote_code=t.trust_remote_code)
+        source = source_of(t)
+        check_weights(source)  # before the data work, as everything below
+        self.target_config = load_target_config(source, trust_remote_code=t.trust_remote_code)
         if t.require_fast_path:  # before the data and the weights: no silent 10x slower run
             require_fast_path(self.target_config)
         self.fast_path = fast_path_status(self.target_config)
-        tokenizer = load_tokenizer(t.name_or_path, trust_remote_code=t.trust_remote_code)
+        tokenizer = load_tokenizer(source, trust_remote_code=t.trust_remote_code)
         self.objective = get_objective(config.objective.name).plan(config, self.target_config, tokenizer)
         self.objective.use_device(dist.device)
         data = prepare_datasets(
