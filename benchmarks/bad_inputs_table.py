@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -59,7 +60,7 @@ def _unexpanded(text: str, tmp: Path, shared: bad.Shared) -> str:
              *((value, f"{{{name}}}") for name, value in shared.values.items() if "/" in value)]
     for value, name in sorted(pairs, key=lambda pair: -len(pair[0])):
         text = text.replace(value, name)
-    return text
+    return re.sub(r"(\.[^/\s'\"]+\.)\w{8}(\.tmp)", r"\1XXXXXXXX\2", text)  # the random part of temp names
 
 
 def render(rows: list[tuple[bad.Case, str, str]]) -> str:

@@ -267,6 +267,8 @@ class EvaluateConfig:
                   dllm_samples=0, dllm_gen_length=1, dllm_steps=1)
         _check(0 < self.top_p <= 1, "evaluate.top_p", "in (0, 1]", self.top_p)
         _one_of(self.dtype, "evaluate.dtype", ("auto", *DTYPES))
+        _check(bool(re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device)), "evaluate.device", "auto, cpu, cuda or cuda:N",
+               self.device)
         _check(bool(self.benchmarks), "evaluate.benchmarks", "at least one benchmark", self.benchmarks)
 
 
@@ -530,7 +532,8 @@ def parse_overrides(overrides: Sequence[str]) -> dict:
         try:
             value = yaml.safe_load(raw)
         except yaml.YAMLError as err:
-            raise UserError(f"override {item!r}: the value is not valid YAML ({err})") from None
+            raise UserError(f"override {item!r}: the value is not valid YAML ({yaml_problem(err)}); quote it "
+                            "to pass a string") from None
         _set_dotted(data, key.strip(), value)
     return data
 
@@ -553,11 +556,18 @@ def merge(base: Mapping, update: Mapping) -> dict:
     return out
 
 
+def yaml_problem(err: yaml.YAMLError) -> str:
+    """PyYAML's error in one line: the problem and where (its own message spans several lines)."""
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    mark = getattr(err, "problem_mark", None)
+    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark else problem
+
+
 def read_yaml(path: Path) -> dict:
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
-        raise UserError(f"{path} is not valid YAML: {err}") from err
+        raise UserError(f"{path} is not valid YAML: {yaml_problem(err)}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path} must hold a mapping of config sections, not {type(data).__name__}")
     return data
@@ -577,6 +587,12 @@ def load_config(
     data = read_yaml(recipe_path(recipe)) if recipe else {}
     if "recipe" in data:
         raise UserError(f"recipe {recipe}: 'recipe' is not a section; it records the recipe's own name")
+    sections = {name for name, hint in typing.get_type_hints(Config).items() if dataclasses.is_dataclass(hint)}
+    for name, section in data.items():
+        # Checked before merging: a flag setting one key of the section would otherwise replace it silently.
+        if name in sections and not isinstance(section, Mapping):
+            raise UserError(f"recipe {recipe}: section {name!r} must be a mapping of its keys, e.g. "
+                            f"`{name}: {{key: value}}`, got {section!r}")
     data = merge(merge(data, nest(values or {})), parse_overrides(overrides))
     data["recipe"] = recipe
     return from_dict(Config, data)

@@ -65,6 +65,21 @@ def check_output_file(path: str | Path | None, what: str) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def undone_on_bad_input(folder: Path) -> Iterator[None]:
+    """A new (missing or empty) output folder is left as it was when the block fails on bad input, so a
+    fixed rerun starts clean; an earlier output, or a run interrupted any other way, is kept for resume."""
+    existed = folder.exists()
+    fresh = not existed or (folder.is_dir() and not any(folder.iterdir()))
+    try:
+        yield
+    except UserError:
+        if fresh and folder.is_dir():
+            for child in list(folder.iterdir()) if existed else [folder]:
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+        raise
+
+
 def holds_only(*names: str) -> Callable[[Path], bool]:
     """A `produced` test: the folder holds nothing but these names (and hidden temp files of ours)."""
     allowed = set(names)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from flashdraft.config import Config
 from flashdraft.errors import UserError
+from flashdraft.files import check_output_dir
 from flashdraft.launch.arguments import OUTPUT_DIR_KEYS, command_arguments
 from flashdraft.launch.watch import JobFailedError
 
@@ -60,6 +61,9 @@ def local_command(config: Config) -> list[str]:
 def train_here(config: Config) -> str:
     """Run `config.launch.command` under torchrun on this machine; returns the output dir. Raises JobFailedError
     when a process fails (its error is in the output above)."""
+    # What no command may write into (a file, the working or home folder) fails here, before torchrun starts;
+    # whether a non-empty folder may be resumed or replaced is the command's own decision.
+    check_output_dir(output_dir(config), config.launch.command, flag="the output folder", overwrite=True)
     command = local_command(config)
     log.info("running %s", shlex.join(command))
     returncode = subprocess.run(command, env={**os.environ, **config.launch.env}).returncode

@@ -14,6 +14,7 @@ from typing import Any
 
 from flashdraft.config import Config
 from flashdraft.errors import UserError
+from flashdraft.files import check_output_file
 from flashdraft.stages.args import Flag, add_config_arguments, config_from_args, require
 from flashdraft.tracking.runs import step_run
 
@@ -36,7 +37,7 @@ def run(config: Config) -> dict[str, Any]:
     """The report: `metrics` (masked-token loss, accuracy...), `samples`, `generation` settings."""
     from flashdraft.decoding.diffusion import evaluate_diffusion_lm
 
-    output = Path(require(config.evaluate.output, "evaluate.output", "--output"))
+    output = check_output_file(require(config.evaluate.output, "evaluate.output", "--output"), "--output")
     model = config.target.name_or_path
     if not (Path(model) / "config.json").is_file():
         raise UserError(f"--model (target.name_or_path) {model!r} is not a model folder (no config.json); "

@@ -16,7 +16,7 @@ from flashdraft.data.prepare import prepare_datasets
 from flashdraft.objectives import get_objective
 from flashdraft.stages.args import Flag, add_config_arguments, config_from_args, require
 from flashdraft.target.source import load_target_config, load_tokenizer, source_of
-from flashdraft.tracking.runs import step_run
+from flashdraft.tracking.runs import check_tracking, step_run
 
 FLAGS = [
     Flag("--output", "data.cache_dir", "folder of prepared datasets (reused when the inputs are the same)"),
@@ -39,13 +39,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(config: Config) -> PrepareResult:
     output = files.check_output_dir(require(config.data.cache_dir, "data.cache_dir", "--output"), "prepare-data",
                                    overwrite=None)
+    check_tracking(config.tracking.uri)
     t = config.target
     source = source_of(t)
     target_config = load_target_config(source, trust_remote_code=t.trust_remote_code)
     tokenizer = load_tokenizer(source, trust_remote_code=t.trust_remote_code)
     # The objective decides which samples are too short to train on.
     objective = get_objective(config.objective.name).plan(config, target_config, tokenizer)
-    with step_run("prepare-data", tracking_uri=config.tracking.uri, experiment=config.tracking.experiment) as run:
+    with step_run("prepare-data", tracking_uri=config.tracking.uri, experiment=config.tracking.experiment) as run, \
+            files.undone_on_bad_input(output):
         run.log_config(config)
         files.mark_output(output, "prepare-data")  # first: an interrupted run's rerun knows the folder
         prepared = prepare_datasets(config.data, tokenizer, min_supervised=objective.min_supervised_tokens,

@@ -12,7 +12,7 @@ import argparse
 from dataclasses import asdict, replace
 
 from flashdraft.config import Config
-from flashdraft.files import write_json
+from flashdraft.files import check_output_file, write_json
 from flashdraft.stages.args import Flag, add_config_arguments, config_from_args, require
 from flashdraft.tracking.promotion import PromotionResult, promote_draft, read_report
 from flashdraft.tracking.runs import default_tracking_uri, step_run
@@ -53,6 +53,8 @@ def run(config: Config) -> PromotionResult:
     require(promote.draft, "promote.draft", "--draft")
     require(promote.model_name, "promote.model_name", "--model-name")
     report = read_report(require(promote.report, "promote.report", "--report"))
+    if promote.output:
+        check_output_file(promote.output, "--output")
     uri = config.tracking.uri or default_tracking_uri()
     with step_run("promote", tracking_uri=uri, experiment=config.tracking.experiment) as tracker:
         tracker.log_config(config)

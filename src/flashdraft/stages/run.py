@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 import tempfile
+import traceback
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,9 +24,9 @@ from typing import Any
 
 import yaml
 
-from flashdraft.config import redact
+from flashdraft.config import load_config, redact, yaml_problem
 from flashdraft.errors import UserError
-from flashdraft.files import write_text
+from flashdraft.files import check_output_file, write_text
 from flashdraft.tracking import runs as tracking
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,14 @@ def load_pipeline(path: str | Path, env: Mapping[str, str] | None = None):
         spec = importlib.util.spec_from_file_location(f"flashdraft_pipeline_{next(_module_ids)}", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
+    except UserError:
+        raise
+    except SyntaxError as err:
+        raise UserError(f"pipeline file {path} line {err.lineno}: {err.msg}") from None
+    except Exception as err:  # the user's file: whatever it raises, name it and where
+        lines = [frame.lineno for frame in traceback.extract_tb(err.__traceback__) if frame.filename == str(path)]
+        where = f" line {lines[-1]}" if lines else ""
+        raise UserError(f"pipeline file {path}{where} failed to import: {type(err).__name__}: {err}") from None
     finally:
         for key, value in saved.items():
             if value is None:
@@ -82,13 +91,23 @@ def parse_arguments(pipeline, items: Sequence[str]) -> dict[str, Any]:
         try:
             value = yaml.safe_load(raw)
         except yaml.YAMLError as err:
-            raise UserError(f"argument {name}={raw!r} is not valid YAML: {err}") from err
+            raise UserError(f"argument {name}={raw!r} is not valid YAML: {yaml_problem(err)}") from None
         if expected is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
             raise UserError(f"argument {name}={raw!r}: expected {expected.__name__}")
         out[name] = value
     return out
+
+
+def check_config_arguments(pipeline, arguments: Mapping[str, Any]) -> None:
+    """The recipe and overrides a run would pass to every step, validated here: a typo fails now, not in a
+    step after the earlier ones ran."""
+    inputs = pipeline.component_spec.inputs
+    if "recipe" not in inputs:
+        return
+    value = {name: arguments.get(name, getattr(inputs.get(name), "default", None)) for name in ("recipe", "overrides")}
+    load_config(value["recipe"], value["overrides"] or [])
 
 
 def run_local(
@@ -111,6 +130,7 @@ def run_local(
     if profile and profile not in profiles:
         raise UserError(f"{path} has no profile {profile!r}; its profiles: {', '.join(profiles) or 'none'}")
     arguments = {**(profiles[profile] if profile else {}), **parse_arguments(pipeline, items)}
+    check_config_arguments(pipeline, arguments)
     os.environ["MLFLOW_TRACKING_URI"] = tracking.default_tracking_uri()
     if "mlflow_tracking_uri" in parameter_types(pipeline) and "mlflow_tracking_uri" not in arguments:
         arguments["mlflow_tracking_uri"] = os.environ["MLFLOW_TRACKING_URI"]
@@ -139,6 +159,7 @@ def compiled_yaml(pipeline) -> str:
 
 def compile_pipeline(path: str | Path, output: str | Path, env: Mapping[str, str] | None = None) -> Path:
     """Compile the pipeline file `path` to `output` (written atomically)."""
+    output = check_output_file(output, "output")
     _, pipeline = load_pipeline(path, env)
     return write_text(output, compiled_yaml(pipeline))
 

@@ -12,9 +12,9 @@ from urllib.parse import urlparse
 import yaml
 
 from flashdraft.errors import UserError
-from flashdraft.files import write_text
+from flashdraft.files import check_output_file, write_text
 from flashdraft.launch.job_spec import check_quantity
-from flashdraft.stages.run import compiled_yaml, load_pipeline, parse_arguments
+from flashdraft.stages.run import check_config_arguments, compiled_yaml, load_pipeline, parse_arguments
 
 
 def without_caching(package: str) -> str:
@@ -57,6 +57,9 @@ def submit(
                         "http://ml-pipeline-ui.kubeflow:80 or https://kubeflow.example.com/pipeline")
     _, pipeline = load_pipeline(path, env)
     arguments = parse_arguments(pipeline, items)
+    check_config_arguments(pipeline, arguments)
+    if output:
+        output = check_output_file(output, "--output")
     package = compiled_yaml(pipeline)
     if output:
         write_text(output, package)

@@ -15,7 +15,7 @@ from typing import Any
 
 from flashdraft.config import Config
 from flashdraft.stages.args import add_config_arguments, config_from_args
-from flashdraft.tracking.runs import step_run
+from flashdraft.tracking.runs import check_tracking, step_run
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,6 +29,7 @@ def run(config: Config, *, overwrite: bool = False) -> dict[str, Any]:
     from flashdraft.train.distributed import teardown
     from flashdraft.train.trainer import Trainer
 
+    check_tracking(config.tracking.uri)
     try:
         trainer = Trainer(config, overwrite=overwrite)  # checks, data, weights: bad input fails before a run opens
         t = config.tracking

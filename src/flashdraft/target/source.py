@@ -122,11 +122,16 @@ def _classify(spec: str) -> TargetSource:
     return TargetSource(spec, is_local=False)
 
 
+def first_line(err: Exception) -> str:
+    """The first line of an error's text: transformers' hub errors run over several lines of advice."""
+    return next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+
+
 def hub_error(source: TargetSource, err: Exception) -> UserError:
     if source.is_local:
-        return UserError(f"cannot read target {source}: {err}")
+        return UserError(f"cannot read target {source}: {first_line(err)}")
     return UserError(
-        f"cannot fetch target {source.path!r} from the hub ({type(err).__name__}: {err}). Offline? "
+        f"cannot fetch target {source.path!r} from the hub ({type(err).__name__}: {first_line(err)}). Offline? "
         "Download it once (`hf download <id> --local-dir DIR`) and pass the folder, or set HF_HOME to a "
         "cache that holds it"
     )

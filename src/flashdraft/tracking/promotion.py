@@ -45,10 +45,14 @@ class PromotionResult:
 def read_report(path: str | Path) -> dict:
     try:
         report = json.loads(Path(path).read_text())
-    except FileNotFoundError as err:
-        raise UserError(f"evaluation report {path} does not exist; give the report `flashdraft evaluate` wrote") from err
-    except json.JSONDecodeError as err:
-        raise UserError(f"evaluation report {path} is not JSON ({err}); give the report `flashdraft evaluate` wrote") from err
+    except FileNotFoundError:
+        raise UserError(f"evaluation report {path} does not exist; give the report `flashdraft evaluate` wrote") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserError(f"evaluation report {path} is not JSON ({err}); give the report `flashdraft evaluate` "
+                        "wrote") from None
+    except OSError as err:
+        raise UserError(f"cannot read evaluation report {path} ({err.strerror or err}); give the report file "
+                        "`flashdraft evaluate` wrote") from None
     if not isinstance(report, dict):
         raise UserError(f"evaluation report {path} must be a JSON object, not {type(report).__name__}")
     return report

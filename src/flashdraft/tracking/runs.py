@@ -52,6 +52,12 @@ def tracking_enabled(tracking_uri: str | None = None) -> bool:
     return bool(tracking_uri or os.environ.get("MLFLOW_TRACKING_URI"))
 
 
+def check_tracking(tracking_uri: str | None = None) -> None:
+    """Fail now, before heavy work, when tracking is on and its URI is bad or its server is down."""
+    if tracking_enabled(tracking_uri):
+        reachable(tracking_uri or os.environ["MLFLOW_TRACKING_URI"])
+
+
 def reachable(uri: str) -> str:
     """`uri` checked: a usable tracking URI, and for a server, one that answers within seconds; a
     UserError otherwise (never minutes of retries). Sets MLflow's request limits for the process."""
