@@ -1,12 +1,26 @@
-"""Data at scale: wall time and peak memory of `flashdraft prepare-data` as the number of rows grows.
+"""Data at scale: `flashdraft prepare-data` as the number of rows grows (CPU), and regeneration throughput
+of static vs continuous batching (GPU).
 
     python benchmarks/data_scale.py cpu --rows 20000 200000 2000000 --out benchmarks/results/data_scale
+    python benchmarks/data_scale.py prompts      # here: ShareGPT first turns -> SmolLM2 token ids (JSON)
+    python benchmarks/data_scale.py gpu --model smollm2 --target SmolLM2.gguf   # on the GPU machine
+    python benchmarks/data_scale.py gpu --model qwen3-8b-shape                  # on the GPU machine
+    python benchmarks/data_scale.py report       # gpu_*.json -> gpu.md and the hours for 1M prompts
 
-For each size it writes a synthetic chat parquet (a user turn and an assistant turn, about 1 KB of text a
-row, seeded words), runs `flashdraft prepare-data` on it in a fresh process with the SmolLM2 tokenizer and
-chat template, and samples the resident memory of that process and its workers (the sum over the process
-tree) every 0.1 s. The goal: peak memory flat in the number of rows (2M rows within 1.3x of 20K rows)
-and time linear in it. Results: <out>/cpu.json and <out>/cpu.md.
+cpu: for each size it writes a synthetic chat parquet (a user turn and an assistant turn, about 1 KB of
+text a row, seeded words), runs `flashdraft prepare-data` on it in a fresh process with the SmolLM2
+tokenizer and chat template, and samples the resident memory of that process and its workers (the sum
+over the process tree) every 0.1 s. The goal: peak memory flat in the number of rows (2M rows within 1.3x
+of 20K rows) and time linear in it. Results: <out>/cpu.json and <out>/cpu.md.
+
+gpu: the warmup's own generation backends (`flashdraft.data.generation`) on the same prompts and model,
+timed side by side: static batches (prompts sorted by length, as the warmup batches them) at two batch
+sizes, and continuous batching with every prompt queued at once. Completion tokens per second, mean
+answer length, truncated fraction. `smollm2`: SmolLM2-135M-Instruct (bf16) answering ShareGPT first turns
+at T=0.8 up to 1024 new tokens, plus a greedy fp32 check that continuous batching answers token for token
+like one-prompt static generation. `qwen3-8b-shape`: a random-weight bf16 model of Qwen3-8B's shape with
+300 seeded stop ids (answers end at random, lengths spread like real ones) at T=1. The prompts file is
+made here (`prompts`) because the GPU machine needs no datasets package then.
 """
 
 from __future__ import annotations
@@ -132,6 +146,193 @@ def _machine() -> dict:
             "python": platform.python_version(), "platform": platform.platform()}
 
 
+# -- GPU: regeneration throughput ------------------------------------------------------------------------
+
+PROMPTS = Path(__file__).resolve().parent / "results" / "data_scale" / "prompts_sharegpt_smollm2.json"
+QWEN3_8B_SHAPE = dict(hidden_size=4096, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
+                      head_dim=128, intermediate_size=12288, vocab_size=151936, max_position_embeddings=4096,
+                      tie_word_embeddings=False)
+
+
+def make_prompts(out: Path, count: int, max_prompt_tokens: int) -> dict:
+    """The first human turn of ShareGPT train conversations, rendered with SmolLM2's chat template."""
+    from transformers import GenerationConfig
+
+    from flashdraft.data.regenerate import Renderer, turn_groups
+    from flashdraft.data.sources import load_chat_dataset
+    from flashdraft.data.warmup import stop_token_ids
+    from flashdraft.target.cache import materialise
+    from flashdraft.target.source import load_tokenizer
+
+    folder = materialise("packaged:smollm2").path
+    tokenizer = load_tokenizer(str(folder))
+    render = Renderer(tokenizer)
+    rows = load_chat_dataset("packaged:sharegpt", split="train", limit=4 * count, seed=0)
+    prompts, too_long = [], 0
+    for row in rows:
+        ids = render(turn_groups(row["messages"])[0])
+        if len(ids) > max_prompt_tokens:
+            too_long += 1
+            continue
+        prompts.append({"id": row["id"], "ids": ids})
+        if len(prompts) == count:
+            break
+    stops = stop_token_ids(tokenizer, GenerationConfig.from_pretrained(folder))
+    data = {"source": "packaged:sharegpt (train split, first human turn)", "tokenizer": "SmolLM2-135M-Instruct",
+            "max_prompt_tokens": max_prompt_tokens, "skipped_too_long": too_long, "stop_ids": stops,
+            "pad_id": tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0],
+            "prompts": prompts}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data) + "\n")
+    lengths = sorted(len(p["ids"]) for p in prompts)
+    print(f"{len(prompts)} prompts ({too_long} longer than {max_prompt_tokens} skipped), prompt tokens: "
+          f"median {lengths[len(lengths) // 2]}, max {lengths[-1]} -> {out}")
+    return data
+
+
+def timed_generation(generator, prompts: list[list[int]], sampling, limit: int, batch: int | None) -> dict:
+    """Every prompt answered once; `batch`: static batches of that many prompts (sorted by length), None: all
+    handed over at once (continuous batching queues them)."""
+    import torch
+
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    groups = [order[i:i + batch] for i in range(0, len(order), batch)] if batch else [order]
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    sync()
+    started = time.perf_counter()
+    completions = {}
+    for number, group in enumerate(groups):
+        answers = generator.generate([prompts[i] for i in group], sampling, [limit] * len(group), [number])
+        completions.update(zip(group, answers))
+        print(f"  batch {number + 1}/{len(groups)} done at {time.perf_counter() - started:.1f} s", flush=True)
+    sync()
+    seconds = time.perf_counter() - started
+    lengths = [len(completions[i].token_ids) for i in range(len(prompts))]
+    return {"seconds": round(seconds, 2), "completion_tokens": sum(lengths),
+            "tokens_per_second": round(sum(lengths) / seconds, 1),
+            "mean_completion_tokens": round(sum(lengths) / len(lengths), 1),
+            "truncated_fraction": round(sum(completions[i].finish_reason == "length"
+                                            for i in range(len(prompts))) / len(prompts), 4)}
+
+
+def throughput(model, prompts, stops, pad, sampling, limit, static_batches, out: dict, save) -> dict:
+    """Fills `out` run by run, calling `save()` after each (a run cut short keeps what was measured)."""
+    from flashdraft.data.generation import ContinuousGenerator, StaticGenerator
+
+    warm = [p[:64] for p in prompts[:8]]
+    for batch in static_batches:
+        generator = StaticGenerator(model, stops, pad)
+        generator.generate(warm, sampling, [8] * len(warm), [0])  # CUDA and kernel warm-up, untimed
+        out[f"static_batch_{batch}"] = timed_generation(generator, prompts, sampling, limit, batch)
+        print(f"static batch {batch}: {json.dumps(out[f'static_batch_{batch}'])}", flush=True)
+        save()
+    generator = ContinuousGenerator(model, stops, pad)
+    try:
+        generator.generate(warm, sampling, [8] * len(warm), [0])  # builds the paged cache (and graphs), untimed
+        out["continuous"] = timed_generation(generator, prompts, sampling, limit, None)
+    finally:
+        generator.close()
+    print(f"continuous: {json.dumps(out['continuous'])}", flush=True)
+    save()
+    return out
+
+
+def greedy_agreement(model, prompts, stops, pad, limit: int) -> dict:
+    """Continuous batching (all prompts at once) vs static generation of one prompt at a time, greedy."""
+    from flashdraft.data.generation import ContinuousGenerator, StaticGenerator
+    from flashdraft.data.sampling import Sampling
+
+    alone = [StaticGenerator(model, stops, pad).generate([p], Sampling(), [limit], [0])[0] for p in prompts]
+    generator = ContinuousGenerator(model, stops, pad)
+    try:
+        batched = generator.generate(prompts, Sampling(), [limit] * len(prompts), [0])
+    finally:
+        generator.close()
+    divergences = []
+    for a, b in zip(alone, batched):
+        if a.token_ids != b.token_ids:
+            first = next((i for i, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y),
+                         min(len(a.token_ids), len(b.token_ids)))
+            divergences.append(first)
+    return {"prompts": len(prompts), "max_new_tokens": limit, "dtype": str(model.dtype),
+            "equal": len(prompts) - len(divergences), "first_divergence_positions": divergences}
+
+
+def run_gpu(model_name: str, target: str | None, out: Path, count: int, limit: int, static_batches: list[int]) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    from flashdraft.data.sampling import Sampling
+
+    data = json.loads(PROMPTS.read_text())
+    prompts = [p["ids"] for p in data["prompts"][:count]]
+    report = {"command": " ".join(sys.argv), "machine": {**_machine(), "gpu": torch.cuda.get_device_name()},
+              "torch": torch.__version__, "transformers": __import__("transformers").__version__,
+              "model": model_name, "prompts": len(prompts), "prompt_source": data["source"],
+              "max_new_tokens": limit, "sampling": "T=0.8" if model_name == "smollm2" else "T=1.0",
+              "throughput": {}}
+    out.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:
+        (out / f"gpu_{model_name}.json").write_text(json.dumps(report, indent=2) + "\n")
+
+    if model_name == "smollm2":
+        from flashdraft.target.cache import materialise
+
+        folder = materialise(target or "packaged:smollm2").path
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16).cuda().eval()
+        stops, pad, sampling = data["stop_ids"], data["pad_id"], Sampling(temperature=0.8)
+        throughput(model, prompts, stops, pad, sampling, limit, static_batches, report["throughput"], save)
+        del model
+        torch.cuda.empty_cache()
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).cuda().eval()
+        report["greedy_fp32"] = greedy_agreement(model, prompts[:12], stops, pad, 64)
+        print(f"greedy: {json.dumps(report['greedy_fp32'])}", flush=True)
+        save()
+    else:
+        config = Qwen3Config(**QWEN3_8B_SHAPE)
+        torch.manual_seed(0)
+        with torch.device("cuda"):
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
+        generator = torch.Generator().manual_seed(0)
+        stops = torch.randperm(config.vocab_size, generator=generator)[:300].tolist()
+        report["parameters_b"] = round(sum(p.numel() for p in model.parameters()) / 1e9, 2)
+        print(f"model built: {report['parameters_b']}B parameters", flush=True)
+        throughput(model, prompts, stops, 0, Sampling(temperature=1.0), limit, static_batches, report["throughput"],
+                   save)
+    return report
+
+
+def write_gpu_report(out: Path, prompts_per_run: int = 1_000_000, gpus: int = 8) -> str:
+    """gpu_*.json -> gpu.md: throughput side by side and the hours `prompts_per_run` prompts take on `gpus`
+    GPUs at each measured rate (answers as long as measured)."""
+    lines = ["| model | backend | completion tok/s (1 GPU) | mean answer tokens | truncated | vs best static | "
+             f"hours for {prompts_per_run:,} prompts on {gpus} GPUs |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    notes = []
+    for path in sorted(out.glob("gpu_*.json")):
+        report = json.loads(path.read_text())
+        runs = report["throughput"]
+        best = max(v["tokens_per_second"] for k, v in runs.items() if k.startswith("static"))
+        for name, run in runs.items():
+            hours = prompts_per_run * run["mean_completion_tokens"] / (run["tokens_per_second"] * gpus) / 3600
+            lines.append(f"| {report['model']} ({report['sampling']}) | {name.replace('_', ' ')} | "
+                         f"{run['tokens_per_second']:,.0f} | {run['mean_completion_tokens']:.0f} | "
+                         f"{run['truncated_fraction']:.1%} | {run['tokens_per_second'] / best:.2f}x | {hours:.1f} |")
+        if "greedy_fp32" in report:
+            g = report["greedy_fp32"]
+            notes.append(f"Greedy check ({report['model']}, {g['dtype']}, {g['prompts']} prompts, "
+                         f"{g['max_new_tokens']} new tokens): continuous batching equal to one-prompt static "
+                         f"generation on {g['equal']} of {g['prompts']}; first divergences at "
+                         f"{g['first_divergence_positions'] or 'none'}.")
+        notes.append(f"{path.name}: {report['prompts']} prompts, up to {report['max_new_tokens']} new tokens, "
+                     f"{report['machine']['gpu']}, torch {report['torch']}, transformers {report['transformers']}.")
+    text = "\n".join(lines + [""] + notes) + "\n"
+    (out / "gpu.md").write_text(text)
+    print(text)
+    return text
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="mode", required=True)
@@ -141,9 +342,27 @@ def main() -> None:
     cpu.add_argument("--work", type=Path, default=Path("/tmp/flashdraft-data-scale"),
                      help="where the synthetic parquet files and prepared sets go (several GB at 2M rows)")
     cpu.add_argument("--target", default="packaged:smollm2", help="whose tokenizer and chat template")
+    prompts = sub.add_parser("prompts", help="ShareGPT first turns as SmolLM2 token ids (for the gpu mode)")
+    prompts.add_argument("--count", type=int, default=256)
+    prompts.add_argument("--max-prompt-tokens", type=int, default=1024)
+    gpu = sub.add_parser("gpu", help="static vs continuous batching throughput on one GPU")
+    gpu.add_argument("--model", choices=("smollm2", "qwen3-8b-shape"), required=True)
+    gpu.add_argument("--target", help="smollm2: the GGUF file or HF folder (default packaged:smollm2)")
+    gpu.add_argument("--count", type=int, default=256, help="prompts")
+    gpu.add_argument("--max-new-tokens", type=int, default=1024)
+    gpu.add_argument("--static-batch", type=int, nargs="+", default=[32])
+    report = sub.add_parser("report", help="gpu_*.json -> gpu.md with the hours for 1M prompts on 8 GPUs")
+    for sub_parser in (gpu, report):
+        sub_parser.add_argument("--out", type=Path, default=Path("benchmarks/results/data_scale"))
     args = parser.parse_args()
     if args.mode == "cpu":
         run_cpu(sorted(args.rows), args.out, args.work, args.target)
+    elif args.mode == "prompts":
+        make_prompts(PROMPTS, args.count, args.max_prompt_tokens)
+    elif args.mode == "gpu":
+        run_gpu(args.model, args.target, args.out, args.count, args.max_new_tokens, args.static_batch)
+    else:
+        write_gpu_report(args.out)
 
 
 if __name__ == "__main__":

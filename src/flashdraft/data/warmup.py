@@ -124,7 +124,7 @@ def run_warmup(
         log.info("warmup in %s already finished with these settings; nothing to do", output)
         return finished
 
-    stop_ids = _stop_ids(tokenizer, generation_config)
+    stop_ids = stop_token_ids(tokenizer, generation_config)
     generator = load_generator(backend, path, tokenizer, stop_ids, seed=warmup.seed, device=device,
                                trust_remote_code=target.trust_remote_code)
     work = output / WORK_DIR
@@ -245,7 +245,8 @@ def _generation_config(path: Path):
         return GenerationConfig()
 
 
-def _stop_ids(tokenizer, generation_config) -> list[int]:
+def stop_token_ids(tokenizer, generation_config) -> list[int]:
+    """The ids that end an answer: the generation config's eos ids and the tokenizer's."""
     ids = set()
     for value in (generation_config.eos_token_id, tokenizer.eos_token_id):
         if isinstance(value, int):
