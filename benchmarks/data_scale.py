@@ -113,8 +113,8 @@ def run_cpu(sizes: list[int], out: Path, work: Path, target: str) -> dict:
     for rows in sizes:
         data = synthetic_parquet(work / f"chats-{rows}.parquet", rows)
         prepared = work / f"prepared-{rows}"
-        command = [sys.executable, "-m", "flashdraft.cli", "prepare-data", "--output", str(prepared),
-                   "--target", target, "--train", str(data), "data.max_length=512", "draft.block_size=16"]
+        command = [sys.executable, "-m", "flashdraft.cli", "prepare-data", "data.max_length=512", "draft.block_size=16",
+                   "--output", str(prepared), "--target", target, "--train", str(data)]
         print(f"prepare-data on {rows} rows ({data.stat().st_size / 2**20:.0f} MB parquet) ...", flush=True)
         result = {"rows": rows, "parquet_mb": round(data.stat().st_size / 2**20, 1), **measure(command, env)}
         stats = json.loads((prepared / "stats.json").read_text())
