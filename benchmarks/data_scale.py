@@ -89,17 +89,19 @@ def tree_rss(process) -> int:
     return total
 
 
-def measure(command: list[str], env: dict) -> dict:
+def measure(command: list[str], env: dict, log: Path) -> dict:
     import psutil
 
     started = time.perf_counter()
-    child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    watched = psutil.Process(child.pid)
-    peak = 0
-    while child.poll() is None:
-        peak = max(peak, tree_rss(watched))
-        time.sleep(0.1)
-    output = child.stdout.read()
+    # Output to a file, not a pipe: a pipe nobody reads until the end fills up and stalls the child.
+    with log.open("w") as sink:
+        child = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.STDOUT, text=True)
+        watched = psutil.Process(child.pid)
+        peak = 0
+        while child.poll() is None:
+            peak = max(peak, tree_rss(watched))
+            time.sleep(0.1)
+    output = log.read_text()
     if child.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed ({child.returncode}):\n{output[-4000:]}")
     return {"seconds": round(time.perf_counter() - started, 1), "peak_rss_mb": round(peak / 2**20, 1),
@@ -116,7 +118,8 @@ def run_cpu(sizes: list[int], out: Path, work: Path, target: str) -> dict:
         command = [sys.executable, "-m", "flashdraft.cli", "prepare-data", "data.max_length=512", "draft.block_size=16",
                    "--output", str(prepared), "--target", target, "--train", str(data)]
         print(f"prepare-data on {rows} rows ({data.stat().st_size / 2**20:.0f} MB parquet) ...", flush=True)
-        result = {"rows": rows, "parquet_mb": round(data.stat().st_size / 2**20, 1), **measure(command, env)}
+        measured = measure(command, env, work / f"prepare-{rows}.log")
+        result = {"rows": rows, "parquet_mb": round(data.stat().st_size / 2**20, 1), **measured}
         stats = json.loads((prepared / "stats.json").read_text())
         result.update(kept_rows=stats["rows"], tokens=stats["tokens"],
                       rows_per_second=round(rows / result["seconds"], 1))

@@ -98,3 +98,13 @@ def save_tiny_draft(path: Path, seed: int = 0, block_size: int = 16) -> Path:
     torch.manual_seed(seed)
     DFlashDraftModel(config).save_pretrained(path)
     return path
+
+
+# A short multi-turn conversation with a system prompt, for chat-template and tokenising tests.
+CHAT = [
+    {"role": "system", "content": "be brief"},
+    {"role": "user", "content": "hi there"},
+    {"role": "assistant", "content": "hello!"},
+    {"role": "user", "content": "and?"},
+    {"role": "assistant", "content": "bye"},
+]

@@ -151,7 +151,7 @@ class WarmupConfig:
     top_p: float | None = None
     top_k: int | None = None
     thinking: bool | None = None  # the chat template's enable_thinking switch; None: its default
-    batch_size: int | None = None  # prompts per generate call (None: 8 static, 512 continuous or vLLM)
+    batch_size: int | None = None  # prompts per generate call (None: static 8 on a CPU, 64 on a GPU; 512 others)
     # auto | static | continuous | vllm (flashdraft.data.generation): auto takes vLLM where installed on a
     # GPU, else transformers' continuous batching on a GPU for targets it serves, else static batches.
     backend: str = "auto"

@@ -9,15 +9,8 @@ import pytest
 from flashdraft.data.chat import tokenize_chat
 from flashdraft.data.loader import StepLoader, eval_batches
 from flashdraft.errors import UserError
-from tiny_models import tiny_tokenizer
+from tiny_models import CHAT, tiny_tokenizer
 
-CHAT = [
-    {"role": "system", "content": "be brief"},
-    {"role": "user", "content": "hi there"},
-    {"role": "assistant", "content": "hello!"},
-    {"role": "user", "content": "and?"},
-    {"role": "assistant", "content": "bye"},
-]
 
 # Like Qwen3's template: reasoning of earlier assistant turns is dropped once a later user turn follows.
 DROPS_OLD_REASONING = (

@@ -15,15 +15,7 @@ from flashdraft.config import DataConfig
 from flashdraft.data.prepare import prepare_datasets, tokenize_rows
 from flashdraft.data.sources import load_chat_dataset
 from flashdraft.errors import UserError
-from tiny_models import tiny_tokenizer
-
-CHAT = [
-    {"role": "system", "content": "be brief"},
-    {"role": "user", "content": "hi there"},
-    {"role": "assistant", "content": "hello!"},
-    {"role": "user", "content": "and?"},
-    {"role": "assistant", "content": "bye"},
-]
+from tiny_models import CHAT, tiny_tokenizer
 
 
 def tokenize(rows: datasets.Dataset, *, max_length: int, min_supervised: int, dropped: Counter | None = None):

@@ -37,15 +37,6 @@ def promote(uri, draft, rep, name=NAME, **policy):
         return promote_draft(run, PromoteConfig(draft=str(draft), model_name=name, **policy), rep, lineage={})
 
 
-@pytest.fixture
-def store(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.delenv("FLASHDRAFT_PARENT_RUN_ID", raising=False)
-    return uri
-
-
 def registered(uri, name=NAME) -> list:
     return MlflowClient(uri).search_model_versions(f"name='{name}'")
 

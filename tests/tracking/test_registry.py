@@ -23,15 +23,6 @@ POLICY = PromoteConfig(model_name=NAME, primary_benchmark="gsm8k", min_tau_gain=
 LINEAGE = {"target": "org/target", "target.revision": "abc123", "recipe": "smollm2_135m_dflash", "data": "x.jsonl"}
 
 
-@pytest.fixture
-def store(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.delenv("FLASHDRAFT_PARENT_RUN_ID", raising=False)
-    return uri
-
-
 def make_draft(tmp_path, name: str, content: bytes):
     """A real tiny draft; different `content` gives different weights."""
     return save_tiny_draft(tmp_path / name, seed=int.from_bytes(content, "little"))

@@ -29,8 +29,16 @@ from flashdraft.target.fast_path import recurrent_layers
 log = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "static", "continuous", "vllm")
-# Prompts handed to a backend per call (one resumable record each): enough to keep it busy.
+# Prompts handed to a backend per call (one resumable record each): enough to keep it busy. A static
+# decode step on a GPU costs about the same host time at batch 32 as at 128 (benchmarks/RESULTS.md,
+# "Data at scale"), so answers/s grow with the batch there; on a CPU the batch costs compute.
 DEFAULT_BATCH = {"static": 8, "continuous": 512, "vllm": 512}
+STATIC_GPU_BATCH = 64
+
+
+def default_batch(backend: str, device: torch.device) -> int:
+    """Prompts per generate call when warmup.batch_size is not set."""
+    return STATIC_GPU_BATCH if backend == "static" and device.type == "cuda" else DEFAULT_BATCH[backend]
 
 
 @dataclass(frozen=True)

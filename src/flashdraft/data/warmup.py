@@ -28,7 +28,7 @@ import torch
 
 from flashdraft.config import TargetConfig, WarmupConfig
 from flashdraft.data import regenerate as regen
-from flashdraft.data.generation import DEFAULT_BATCH, load_generator, resolve_backend
+from flashdraft.data.generation import default_batch, load_generator, resolve_backend
 from flashdraft.data.sampling import Sampling, target_sampling
 from flashdraft.data.sources import load_chat_dataset
 from flashdraft.errors import UserError
@@ -105,7 +105,7 @@ def run_warmup(
             "supports it as target.chat_template (--chat-template)"
         )
     backend = resolve_backend(warmup.backend, config, device)
-    batch_size = warmup.batch_size or DEFAULT_BATCH[backend]
+    batch_size = warmup.batch_size or default_batch(backend, device)
     limits = [n for n in (getattr(config, "max_position_embeddings", None), warmup.max_length) if n]
     context = min(limits) if limits else None
     generation_config = _generation_config(path)

@@ -34,7 +34,8 @@ FLAGS = [
     Flag("--thinking", "warmup.thinking",
          "the chat template's enable_thinking switch (default: the template's own default)",
          {"type": on_off, "metavar": "on|off"}),
-    Flag("--batch-size", "warmup.batch_size", "prompts per generate call (default 8 static, 512 continuous or vLLM)",
+    Flag("--batch-size", "warmup.batch_size",
+         "prompts per generate call (default: static 8 on a CPU, 64 on a GPU; 512 others)",
          {"type": int}),
     Flag("--backend", "warmup.backend", "auto: vLLM when installed on a GPU, else continuous batching on a GPU "
          "(attention-only targets), else static batches", {"choices": ("auto", "static", "continuous", "vllm")}),
