@@ -8,6 +8,14 @@ logits, so there the report gives the first position at which the outputs part. 
 asserted in float32 on the same weights (one prompt): our speculative output == z-lab's == our plain
 greedy output, token for token. Prints a table and writes JSON.
 
+Beside them, so that our plain baseline is never slower than the library's best: transformers' own
+static cache and its forward under `torch.compile(mode="reduce-overhead")`, one token a step
+(`HFCompiledDecoder`; `generate` itself passes a growing 2D mask, which recompiles every step). Then
+both of our loops again with every decoder layer's forward compiled (`--compiled`, evaluate's default
+on GPUs; our CUDA graphs still replay the steps). Each step is set
+against its floor, the weight bytes it reads over the measured copy bandwidth
+(`flashdraft.decoding.memory_floor`). `--profile` adds the top kernels of an eager plain step.
+
     # GPU (the issue's setting): Qwen3-8B-shaped target, 5-layer draft, bf16
     python benchmarks/spec_decode.py --out spec_decode.json
     # CPU smoke run (CI): tiny shapes, float32
@@ -33,8 +41,13 @@ from transformers import AutoModelForCausalLM, Qwen3Config
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from flashdraft.model import DFlashDraftConfig, DFlashDraftModel  # noqa: E402
+from flashdraft.decoding.cache_kwarg import cache_kwarg  # noqa: E402
+from flashdraft.decoding.compiled import compile_decoder_layers  # noqa: E402
 from flashdraft.decoding.decoding import generate  # noqa: E402
 from flashdraft.decoding.graphs import StepGraphs  # noqa: E402
+from flashdraft.decoding.memory_floor import (  # noqa: E402
+    copy_bandwidth, floor_ms, speculative_step_bytes, target_step_bytes,
+)
 from flashdraft.decoding.proposers import DraftProposer  # noqa: E402
 from flashdraft.decoding.target_runner import TargetRunner  # noqa: E402
 
@@ -130,12 +143,61 @@ def run_ours(runner, proposer, ids, new: int, graphs: StepGraphs) -> dict:
     return {"tokens": g.tokens, "decode_tokens": g.decode_tokens, "decode_s": g.decode_s, "steps": steps}
 
 
+class HFCompiledDecoder:
+    """transformers' documented fastest plain decoding: a `StaticCache` and the model's forward under
+    torch.compile(mode="reduce-overhead", fullgraph=True), fed one token and its `cache_position` a step
+    (no 2D attention mask: a growing one would recompile every step). Greedy, batch 1."""
+
+    def __init__(self, model, max_len: int):
+        from transformers import StaticCache
+
+        self.model = model
+        self.cache = StaticCache(config=model.config, max_cache_len=max_len)
+        self.cache_kwargs = {cache_kwarg(model): self.cache}  # `past_key_values` or, newer, `cache`
+        self.step = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+
+    def __call__(self, ids: torch.Tensor, new: int) -> dict:
+        device = ids.device
+        self.cache.reset()
+        logits = self.model(input_ids=ids, **self.cache_kwargs, use_cache=True,
+                            cache_position=torch.arange(ids.shape[1], device=device)).logits[:, -1]
+        token = logits.argmax(-1, keepdim=True)
+        out = [token]
+        began = _sync(device)
+        for position in range(ids.shape[1], ids.shape[1] + new - 1):
+            logits = self.step(input_ids=token, **self.cache_kwargs, use_cache=True,
+                               cache_position=torch.tensor([position], device=device)).logits[:, -1]
+            token = logits.argmax(-1, keepdim=True)
+            out.append(token)
+        end = _sync(device)
+        return {"tokens": torch.cat(out, 1)[0].tolist(), "decode_tokens": new - 1, "decode_s": end - began,
+                "steps": new - 1}
+
+
+def profile_plain_step(target, ids, new: int, rows: int = 25) -> str:
+    """Our plain loop without CUDA graphs under torch.profiler: where a step's device time goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    runner = TargetRunner(target, [], ids.shape[1] + new + 2)
+    graphs = StepGraphs(enabled=False)
+    run_ours(runner, None, ids, new, graphs)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        run_ours(runner, None, ids, new, graphs)
+    return prof.key_averages().table(sort_by="self_device_time_total", row_limit=rows)
+
+
 def summarise(runs: list[dict]) -> dict:
     tokens = sum(r["decode_tokens"] for r in runs)
     seconds = sum(r["decode_s"] for r in runs)
     steps = sum(r["steps"] for r in runs)
     return {"decode_tokens": tokens, "decode_s": seconds, "tokens_per_s": tokens / seconds,
             "ms_per_step": 1000 * seconds / steps, "steps": steps, "tau": tokens / steps}
+
+
+def time_methods(methods: dict, prompts: list[torch.Tensor], new: int, block: int) -> dict[str, list[dict]]:
+    for fn in methods.values():  # warm-up: kernels, allocator, graph capture, compilation
+        fn(prompts[0], min(new, 3 * block))
+    return {name: [fn(ids, new) for ids in prompts] for name, fn in methods.items()}
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
@@ -166,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompt-len", type=int, default=None, help="default 512 (tiny: 16)")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default 256 (tiny: 40)")
     parser.add_argument("--no-cuda-graphs", action="store_true")
+    parser.add_argument("--compiled", action="store_true", help="also time both loops with compiled decoder layers")
+    parser.add_argument("--profile", action="store_true", help="top kernels of an eager plain step (CUDA)")
+    parser.add_argument("--no-zlab", action="store_true", help="skip the z-lab loops and the float32 check")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="JSON results file")
     args = parser.parse_args(argv)
@@ -176,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     prompt_len = args.prompt_len or (16 if args.tiny else 512)
     new = args.max_new_tokens or (40 if args.tiny else 256)
     target, draft = build(shape, dtype, device, args.seed)
-    ref = zlab_draft(draft)
+    ref = None if args.no_zlab else zlab_draft(draft)
     block = draft.block_size
     gen = torch.Generator().manual_seed(args.seed)
     vocab = target.config.vocab_size
@@ -192,20 +257,47 @@ def main(argv: list[str] | None = None) -> int:
     methods = {
         "flashdraft speculative": lambda ids, n: run_ours(spec_runner, proposer, ids, n, graphs["spec"]),
         "flashdraft plain": lambda ids, n: run_ours(plain_runner, None, ids, n, graphs["plain"]),
-        "z-lab dflash_generate": lambda ids, n: run_zlab(ref, target, ids, n, block),
-        "z-lab plain (block 1)": lambda ids, n: run_zlab(ref, target, ids, n, 1),
     }
+    if not args.no_zlab:
+        methods["z-lab dflash_generate"] = lambda ids, n: run_zlab(ref, target, ids, n, block)
+        methods["z-lab plain (block 1)"] = lambda ids, n: run_zlab(ref, target, ids, n, 1)
+    if device.type == "cuda":
+        methods["transformers static + compile"] = HFCompiledDecoder(target, max_len)
     with torch.inference_mode():
-        for fn in methods.values():  # warm-up: kernels, allocator, graph capture
-            fn(prompts[0], min(new, 3 * block))
-        runs = {name: [fn(ids, new) for ids in prompts] for name, fn in methods.items()}
+        runs = time_methods(methods, prompts, new, block)
+        profile = profile_plain_step(target, prompts[0], 32) if args.profile and device.type == "cuda" else None
+        if args.compiled:  # evaluate's GPU default for attention-only targets
+            compile_decoder_layers(target)
+            draft.compile_layers()
+            compiled = {"spec": StepGraphs.for_device(device, not args.no_cuda_graphs),
+                        "plain": StepGraphs.for_device(device, not args.no_cuda_graphs)}
+            runs.update(time_methods({
+                "flashdraft speculative, compiled": lambda ids, n: run_ours(spec_runner, proposer, ids, n,
+                                                                            compiled["spec"]),
+                "flashdraft plain, compiled": lambda ids, n: run_ours(plain_runner, None, ids, n, compiled["plain"]),
+            }, prompts, new, block))
+            graphs.update({f"{k}, compiled": g for k, g in compiled.items()})
 
     results = {name: summarise(r) for name, r in runs.items()}
-    ours, theirs = runs["flashdraft speculative"], runs["z-lab dflash_generate"]
-    parted = [first_difference(a["tokens"], b["tokens"]) for a, b in zip(ours, theirs)]
-    ratio = results["flashdraft speculative"]["tokens_per_s"] / results["z-lab dflash_generate"]["tokens_per_s"]
+    bandwidth = copy_bandwidth(device)
+    floors = {"plain": floor_ms(target_step_bytes(target), bandwidth),
+              "speculative": floor_ms(speculative_step_bytes(target, draft), bandwidth)}
+    for name, r in results.items():
+        drafted = "speculative" in name or "dflash_generate" in name
+        r["floor_ms_per_step"] = floors["speculative" if drafted else "plain"]
+        r["vs_floor"] = r["ms_per_step"] / r["floor_ms_per_step"]
+    ours, theirs = runs["flashdraft speculative"], runs.get("z-lab dflash_generate")
+    parted = [first_difference(a["tokens"], b["tokens"]) for a, b in zip(ours, theirs)] if theirs else None
+    ratio = (results["flashdraft speculative"]["tokens_per_s"] / results["z-lab dflash_generate"]["tokens_per_s"]
+             if theirs else None)
     graphs_enabled = {k: g.enabled for k, g in graphs.items()}
-    if dtype == torch.float32:
+    # Compiled kernels round differently: in bf16 a near-tie may flip, so report where outputs part.
+    compiled_parted = {kind: [first_difference(a["tokens"], b["tokens"])
+                              for a, b in zip(runs[f"flashdraft {kind}"], runs[f"flashdraft {kind}, compiled"])]
+                       for kind in ("speculative", "plain") if f"flashdraft {kind}, compiled" in runs}
+    if args.no_zlab:
+        exact = {}
+    elif dtype == torch.float32:
         exact = {"identical_to_zlab": all(p is None for p in parted),
                  "identical_to_plain": all(a["tokens"] == b["tokens"] for a, b in zip(ours, runs["flashdraft plain"]))}
     else:
@@ -222,19 +314,31 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
         "ours_over_zlab_speculative": ratio,
         "speedup_ours": results["flashdraft speculative"]["tokens_per_s"] / results["flashdraft plain"]["tokens_per_s"],
-        "speedup_zlab": results["z-lab dflash_generate"]["tokens_per_s"] / results["z-lab plain (block 1)"]["tokens_per_s"],
+        "speedup_zlab": (results["z-lab dflash_generate"]["tokens_per_s"] / results["z-lab plain (block 1)"]["tokens_per_s"]
+                         if theirs else None),
         "first_difference_from_zlab": parted,
+        "compiled_first_difference_from_eager": compiled_parted,
+        "copy_bandwidth_gb_s": bandwidth / 1e9,
+        "floor_ms_per_step": floors,
+        "profile_plain_eager": profile,
         "float32": exact,
     }
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
 
     print(f"{shape} {report['dtype']} on {report['device']}, block {block}, {args.prompts} prompts x "
           f"{prompt_len} tokens, {new} new tokens")
-    print(f"{'method':<26}{'tok/s':>10}{'ms/step':>10}{'tau':>7}")
+    print(f"{'method':<36}{'tok/s':>10}{'ms/step':>10}{'tau':>7}{'floor ms':>10}{'x floor':>9}")
     for name, r in results.items():
-        print(f"{name:<26}{r['tokens_per_s']:>10.1f}{r['ms_per_step']:>10.2f}{r['tau']:>7.2f}")
-    print(f"ours / z-lab (speculative): {ratio:.2f}x; {report['dtype']} outputs part from z-lab's at "
-          f"{parted} (None: identical); float32: {exact}")
+        print(f"{name:<36}{r['tokens_per_s']:>10.1f}{r['ms_per_step']:>10.2f}{r['tau']:>7.2f}"
+              f"{r['floor_ms_per_step']:>10.2f}{r['vs_floor']:>9.2f}")
+    if compiled_parted:
+        print(f"compiled vs eager outputs part at {compiled_parted} (None: identical)")
+    print(f"floors: weight bytes read a step / {bandwidth / 1e9:.0f} GB/s measured copy bandwidth")
+    if profile:
+        print(f"\nplain step, eager, under torch.profiler (32 tokens):\n{profile}")
+    if theirs:
+        print(f"ours / z-lab (speculative): {ratio:.2f}x; {report['dtype']} outputs part from z-lab's at "
+              f"{parted} (None: identical); float32: {exact}")
     assert all(exact.values()), f"float32 outputs differ: {exact}"
     return 0
 

@@ -10,6 +10,8 @@ the target is replicated or FSDP2-sharded (--shard-target), as in the trainer. V
   compiled - fast + every draft layer compiled (objective.compile_layers, the Nemotron recipe's setting)
   fast     - FlexAttention block mask + chunked LM-head cross-entropy (the trainer's defaults on a GPU)
   naive    - dense boolean mask with SDPA + full [tokens x vocab] logits (the ratio baseline; OOM is reported)
+  peer     - SpecForge 0.2.0's DFlash wrapper (`OnlineDFlashModel` and its draft) in this process, on the
+             same target features, FSDP2 wrapping and AdamW (pip install --no-deps specforge==0.2.0)
 The target runs through its last tapped layer only (FrozenTarget.context_features); its forward is also
 timed through all layers, side by side. --samples takes a list (2,4): one run per micro-batch size.
 MFU = useful FLOPs (flashdraft.objectives.flops: target forward + draft forward/backward + LM head,
@@ -21,15 +23,17 @@ matmul rate of an H200; override with --peak-tflops).
     torchrun --nproc-per-node 8 benchmarks/train_step.py --model nemotron-nano --variants fast \
         --global-batch 64 [--shard-target] --out nano_8gpu.json                         # scaling
     python benchmarks/train_step.py --model nemotron-nano --variants fast --profile --out nano.json  # + top ops
+    python benchmarks/train_step.py --model smollm2 --seq-len 256 --anchors 16 --samples 2 --out small.json
     python benchmarks/train_step.py --tiny --out /tmp/tiny.json                         # CPU smoke run
 
-Needs only torch and transformers (and this package's core modules).
+Needs only torch and transformers (and this package's core modules); the peer variant also specforge.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import json
 import platform
 import sys
@@ -39,12 +43,12 @@ from pathlib import Path
 
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, NemotronHConfig, Qwen3Config
+from transformers import AutoModelForCausalLM, LlamaConfig, NemotronHConfig, Qwen3Config
 
 from flashdraft.config import Config, TrainConfig, from_dict
 from flashdraft.data import Batch
 from flashdraft.model import DFlashDraftConfig, DFlashDraftModel
-from flashdraft.objectives.dflash import DFlashObjective
+from flashdraft.objectives.dflash import DFlashObjective, decay_gamma
 from flashdraft.target.fast_path import fast_path_status
 from flashdraft.target.frozen import FrozenTarget, decoder_layers
 from flashdraft.train.distributed import setup, shard, shard_frozen, teardown
@@ -70,6 +74,12 @@ def target_config(model: str):
             n_routed_experts=128, num_experts_per_tok=6, moe_intermediate_size=1856,
             moe_shared_expert_intermediate_size=3712, max_position_embeddings=262144, tie_word_embeddings=False,
         )
+    if model == "smollm2":  # SmolLM2-135M-Instruct, the small real recipe's target
+        return LlamaConfig(
+            vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+            num_key_value_heads=3, head_dim=64, rope_theta=100000.0, max_position_embeddings=8192,
+            tie_word_embeddings=True,
+        )
     if model == "tiny":
         return Qwen3Config(
             vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
@@ -82,12 +92,13 @@ def draft_config(model: str, target) -> DFlashDraftConfig:
     shapes = {
         "qwen3-8b": dict(layers=5, heads=32, kv=8, inter=12288, taps=[1, 9, 17, 25, 33], mask=151669, theta=1e6),
         "nemotron-nano": dict(layers=7, heads=21, kv=3, inter=8064, taps=[1, 13, 25, 37, 49], mask=18, theta=1e7),
+        "smollm2": dict(layers=4, heads=9, kv=3, inter=1536, taps=[1, 7, 14, 20, 27], mask=2, theta=1e5),
         "tiny": dict(layers=2, heads=4, kv=2, inter=128, taps=[1, 2], mask=500, theta=1e6),
     }[model]
     return DFlashDraftConfig(
         hidden_size=target.hidden_size, vocab_size=target.vocab_size, num_hidden_layers=shapes["layers"],
         num_attention_heads=shapes["heads"], num_key_value_heads=shapes["kv"],
-        head_dim=128 if model != "tiny" else 16, intermediate_size=shapes["inter"], rms_norm_eps=1e-6,
+        head_dim={"tiny": 16, "smollm2": 64}.get(model, 128), intermediate_size=shapes["inter"], rms_norm_eps=1e-6,
         max_position_embeddings=40960, rope_parameters={"rope_type": "default", "rope_theta": shapes["theta"]},
         num_target_layers=target.num_hidden_layers,
         dflash_config={"mask_token_id": shapes["mask"], "target_layer_ids": shapes["taps"], "block_size": 16},
@@ -135,16 +146,11 @@ def run_variant(name, model, target, tconfig, batches, global_batch: int, args, 
     dconfig = draft_config(model, tconfig)
     objective = DFlashObjective(config, dconfig, tconfig)
     objective.use_device(device)
-    torch.manual_seed(0)
-    draft = DFlashDraftModel(dconfig).float().to(device)
-    if config.objective.compile_layers:  # before sharding, as the trainer does (train/models.py)
-        draft.compile_layers()
-    objective.bind(draft, target)
-    draft = shard(draft, list(draft.layers), device)
     began_variant = time.perf_counter()
-    optimizer = build_optimizer(draft, TrainConfig())  # the trainer's: AdamW 6e-4, (0.9, 0.999), wd 0
-    result = {"variant": name, "attention": config.objective.attention, "lm_head_chunk": config.objective.lm_head_chunk}
+    result = {"variant": name, "attention": "flex" if name == "peer" else config.objective.attention,
+              "lm_head_chunk": config.objective.lm_head_chunk}
     try:
+        step_fn = (peer_steps if name == "peer" else our_steps)(objective, dconfig, target, batches, args, dist)
         times, losses = [], []
         for step in range(args.warmup + args.steps):
             if step == args.warmup and device.type == "cuda":
@@ -152,15 +158,14 @@ def run_variant(name, model, target, tconfig, batches, global_batch: int, args, 
             sync(device)
             dist.barrier()
             began = time.perf_counter()
-            sums = optimizer_step(objective, draft, optimizer, batches, dist, step)
+            flops, loss = step_fn(step)
             if step >= args.warmup:
                 times.append(time.perf_counter() - began)
             elif step == args.warmup - 1:
                 log(dist, f"{name}: {args.warmup} warmup steps in {time.perf_counter() - began_variant:.0f} s")
-            flops = float(sums.pop("flops"))
-            losses.append(objective.summarise(sums)["loss"])
+            losses.append(loss)
         if args.profile:
-            result["profile"] = profile_step(objective, draft, optimizer, batches, dist)
+            result["profile"] = profile_step(step_fn, device)
         # The slowest rank's median: every rank waits for it in the next step's collectives anyway.
         step_time = max_over_ranks(sorted(times)[len(times) // 2], dist)
         tokens = global_batch * args.seq_len
@@ -183,31 +188,93 @@ def run_variant(name, model, target, tconfig, batches, global_batch: int, args, 
         traceback.print_exc()
         result.update(error=f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
     finally:
-        del draft, optimizer
+        step_fn = None
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return result
 
 
-def optimizer_step(objective, draft, optimizer, batches, dist, step: int) -> dict[str, torch.Tensor]:
-    """The trainer's step: gradients over this rank's micro-batches, clip, AdamW; device synced."""
-    sums = accumulate_gradients(objective, draft, [objective.prepare(b, step) for b in batches], dist)
+def our_steps(objective, dconfig, target, batches, args, dist):
+    """flashdraft's step as the trainer runs it: step -> (useful FLOPs over all ranks, loss)."""
+    torch.manual_seed(0)
+    draft = DFlashDraftModel(dconfig).float().to(dist.device)
+    objective.bind(draft, target)  # compiles the draft layers when asked, before sharding (as the trainer)
+    draft = shard(draft, list(draft.layers), dist.device)
+    optimizer = build_optimizer(draft, TrainConfig())  # the trainer's: AdamW 6e-4, (0.9, 0.999), wd 0
+
+    def step(index: int) -> tuple[float, float]:
+        sums = accumulate_gradients(objective, draft, [objective.prepare(b, index) for b in batches], dist)
+        finish_step(draft, optimizer, dist)
+        return float(sums.pop("flops")), objective.summarise(sums)["loss"]
+
+    return step
+
+
+def peer_steps(objective, dconfig, target, batches, args, dist):
+    """SpecForge 0.2.0's DFlash training wrapper (`OnlineDFlashModel`, FlexAttention, its default
+    2048-token objective chunks) on its own Qwen3-style draft of the same shape, fed the same target
+    features, sharded and optimised as ours: the step differs only in the draft and objective code."""
+    from specforge.algorithms.common.dflash_family_model import OnlineDFlashModel
+    from specforge.modeling.draft.dflash import DFlashDraftModel as PeerDraft
+
+    peer_config = Qwen3Config(
+        vocab_size=dconfig.vocab_size, hidden_size=dconfig.hidden_size, num_hidden_layers=dconfig.num_hidden_layers,
+        num_attention_heads=dconfig.num_attention_heads, num_key_value_heads=dconfig.num_key_value_heads,
+        head_dim=dconfig.head_dim, intermediate_size=dconfig.intermediate_size, rms_norm_eps=dconfig.rms_norm_eps,
+        max_position_embeddings=dconfig.max_position_embeddings, rope_parameters=dconfig.rope_parameters,
+        tie_word_embeddings=False,
+    )
+    peer_config.block_size = dconfig.block_size
+    peer_config.num_target_layers = dconfig.num_target_layers
+    peer_config.dflash_config = {"mask_token_id": dconfig.mask_token_id, "target_layer_ids": dconfig.target_layer_ids}
+    backend = "flex_attention" if dist.device.type == "cuda" else "sdpa"
+    peer_config._attn_implementation = backend  # the draft's attention; the wrapper builds the matching mask
+    torch.manual_seed(0)
+    draft = PeerDraft(peer_config).float().to(dist.device)
+    objective.bind(draft, target)  # FLOP accounting only: the same useful work as ours
+    draft = shard(draft, list(draft.layers), dist.device)
+    wrapper = OnlineDFlashModel(
+        draft, target.lm_head, target.embedding, mask_token_id=dconfig.mask_token_id, block_size=dconfig.block_size,
+        attention_backend=backend, num_anchors=args.anchors,
+        loss_decay_gamma=decay_gamma(dconfig.block_size),
+    )
+    optimizer = build_optimizer(draft, TrainConfig())
+    taps = dconfig.target_layer_ids
+    # The useful work of each step as ours counts it for the anchors it would draw then (outside the clock).
+    flops_at = [float(dist.sum(torch.tensor(sum(objective.flops(objective.prepare(b, index)) for b in batches),
+                                            dtype=torch.float64, device=dist.device)))
+                for index in range(args.warmup + args.steps)]
+
+    def step(index: int) -> tuple[float, float]:
+        losses = []
+        for batch in batches:
+            ids, mask = batch.input_ids.to(dist.device), batch.loss_mask.to(dist.device)
+            loss, _, _ = wrapper(ids, target.context_features(ids, taps), mask.float())
+            (loss / len(batches)).backward()
+            losses.append(loss.detach())
+        finish_step(draft, optimizer, dist)
+        return flops_at[index], float(torch.stack(losses).mean())
+
+    return step
+
+
+def finish_step(draft, optimizer, dist) -> None:
+    """Clip, AdamW, zero the gradients; device synced."""
     torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     sync(dist.device)
-    return sums
 
 
-def profile_step(objective, draft, optimizer, batches, dist, rows: int = 40) -> str:
+def profile_step(step_fn, device: torch.device, rows: int = 40) -> str:
     """One more step under torch.profiler: the ops with the most self time on the device (CPU on a CPU)."""
     from torch.profiler import ProfilerActivity, profile
 
-    cuda = dist.device.type == "cuda"
+    cuda = device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities) as prof:
-        optimizer_step(objective, draft, optimizer, batches, dist, 0)
+        step_fn(0)
     return prof.key_averages().table(sort_by="self_device_time_total" if cuda else "self_cpu_time_total",
                                      row_limit=rows)
 
@@ -285,8 +352,9 @@ def table(results: list[dict]) -> str:
                 f"{v['useful_tflop']:>8.1f}{v['achieved_tflops']:>9.1f}{v['mfu']:>7.1%}{peak:>9}"
             )
         done = {v["variant"]: v["step_time_s"] for v in r["variants"] if "error" not in v}
+        pairs = (("naive", "fast"), ("fast", "compiled"), ("peer", "fast"), ("peer", "compiled"))
         ratio = "".join(f", {slow}/{quick} step time {done[slow] / done[quick]:.2f}x"
-                        for slow, quick in (("naive", "fast"), ("fast", "compiled")) if {slow, quick} <= done.keys())
+                        for slow, quick in pairs if {slow, quick} <= done.keys())
         kernels = "" if not r["target_fast_path"]["hybrid"] else (
             ", Mamba-2 kernels " + ("on" if r["target_fast_path"]["fast_path"] else "OFF (reference path)"))
         lines.append(f"{'':<14}{r['gpus']} GPU(s), {r['global_batch']} x {r['seq_len']} tokens a step "
@@ -300,8 +368,10 @@ def table(results: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="JSON results file")
-    parser.add_argument("--model", choices=["qwen3-8b", "nemotron-nano", "both"], default="qwen3-8b")
-    parser.add_argument("--variants", default="fast,naive", help="comma list of compiled, fast, naive")
+    parser.add_argument("--model", choices=["qwen3-8b", "nemotron-nano", "smollm2", "both"], default="qwen3-8b",
+                        help="target shape (smollm2: the small recipe's; give it its --seq-len 256 --anchors 16)")
+    parser.add_argument("--variants", default="peer,compiled,fast",
+                        help="comma list of peer, compiled, fast, naive (peer: skipped where specforge is missing)")
     parser.add_argument("--samples", default="1", help="samples (sequences) per micro-batch; a comma list runs each")
     parser.add_argument("--global-batch", type=int, default=None,
                         help="samples per optimizer step over all ranks (default: --samples x ranks)")
@@ -317,8 +387,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="tiny shapes on the CPU: checks the script, not speed")
     args = parser.parse_args(argv)
     args.variants = [v for v in args.variants.split(",") if v]
-    if unknown := set(args.variants) - {"compiled", "fast", "naive"}:
-        parser.error(f"--variants: unknown {sorted(unknown)}; choose from compiled, fast, naive")
+    if unknown := set(args.variants) - {"peer", "compiled", "fast", "naive"}:
+        parser.error(f"--variants: unknown {sorted(unknown)}; choose from peer, compiled, fast, naive")
+    if "peer" in args.variants and importlib.util.find_spec("specforge") is None:
+        print("peer variant skipped: specforge is not installed (pip install --no-deps specforge==0.2.0)",
+              file=sys.stderr)
+        args.variants.remove("peer")
     try:
         args.samples = [int(n) for n in args.samples.split(",")]
     except ValueError:

@@ -180,9 +180,10 @@ class ObjectiveConfig:
     gamma: float | None = None  # decay of the slot weights exp(-(k-1)/gamma); None: the block-size rule
     attention: str = "auto"  # flex | sdpa | auto (flex on CUDA; sdpa with a dense mask elsewhere)
     lm_head_chunk: int = 1024  # tokens per LM-head chunk; 0 = full logits (memory hungry)
-    # dflash: torch.compile every draft layer (fuses norms, rotary, activations). Costs a compile per
-    # padded batch length on the first steps, so it pays off in long runs of large drafts.
-    compile_layers: bool = False
+    # dflash: torch.compile every draft layer (fuses norms, rotary, activations; a compile per padded
+    # batch length on the first steps). None: the rule in DFlashObjective.use_device (on GPUs, for
+    # drafts wide enough to gain).
+    compile_layers: bool | None = None
     # mdlm / hybrid (diffusion LMs): the model itself is trained; see objectives/mdlm.py, hybrid.py.
     mask_token_id: int | None = None  # None: the tokenizer's mask token
     mdlm_eps: float = 1e-3  # mask probability p = (1 - eps) t + eps, t ~ U(0, 1)
@@ -255,6 +256,9 @@ class EvaluateConfig:
     seed: int = 0
     thinking: bool = False  # chat-template thinking mode; match the one the draft was trained with
     cuda_graphs: bool = True
+    # torch.compile the target's and the draft's decoder layers; None: on CUDA for attention-only
+    # targets (flashdraft.decoding.compiled).
+    compile: bool | None = None
     prompt_lookup: bool = True  # also measure transformers' prompt-lookup decoding as a baseline
     vllm: bool = False  # also measure with vLLM's DFlash speculative decoding (needs vllm and a GPU)
     prompts: list[str] = field(default_factory=list)  # dllm-evaluate: prompts to answer (default: held-out)

@@ -43,6 +43,24 @@ def test_tiny_benchmark(tmp_path):
     assert "naive/fast step time" in done.stdout and "fast/compiled step time" in done.stdout and "MFU" in done.stdout
 
 
+def test_peer_variant_runs_specforge_on_the_same_work(tmp_path):
+    """The peer (SpecForge's DFlash wrapper, in-process) trains on the same batches: the same useful
+    FLOPs as ours, a finite loss that falls over its steps, reported next to ours with the ratio."""
+    pytest.importorskip("specforge", reason="installed with --no-deps in the README's test command")
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--tiny", "--steps", "3", "--warmup", "1", "--variants", "peer,fast",
+         "--out", str(out)],
+        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    peer, fast = json.loads(out.read_text())["results"][0]["variants"]
+    assert peer["variant"] == "peer" and "error" not in peer, peer
+    assert peer["useful_tflop"] == fast["useful_tflop"] > 0
+    assert 0 < peer["loss"] < peer["first_loss"] < 20
+    assert "peer/fast step time" in done.stdout
+
+
 @pytest.mark.parametrize("flag,value,says", [("--variants", "fast,turbo", "unknown ['turbo']"),
                                              ("--samples", "2,x", "comma list of integers")])
 def test_bad_arguments_name_the_problem(tmp_path, flag, value, says):

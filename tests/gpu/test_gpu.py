@@ -68,7 +68,8 @@ def test_training_learns_on_cuda_with_bf16_target(tiny_target, tmp_path, nproc):
 
 @pytest.mark.parametrize("model_type", ["qwen3", "nemotron_h"])
 def test_speculative_decoding_on_cuda_with_graphs_is_lossless(tiny_target, tmp_path, model_type):
-    """float32 on the GPU: static caches + CUDA graphs (+ Mamba rollback) give the plain greedy output."""
+    """float32 on the GPU: static caches + CUDA graphs (+ compiled layers, or the Mamba rollback) give the
+    plain greedy output."""
     from flashdraft.cli import main
 
     target = tiny_target(model_type)
@@ -90,6 +91,8 @@ def test_speculative_decoding_on_cuda_with_graphs_is_lossless(tiny_target, tmp_p
         assert report["settings"]["target_fast_path"] == (not mamba_kernel_errors())
     if model_type == "qwen3":  # Nemotron's eager MoE experts sync with the host: graphs may fall back
         assert report["settings"]["cuda_graphs"]["speculative"] is True
+    # Compiled decoder layers by default for attention-only targets: lossless with them too.
+    assert report["settings"]["compiled"] is (model_type == "qwen3")
 
 
 # Runs one forward of a saved nemotron_h in a fresh process. transformers binds each Mamba-2 function

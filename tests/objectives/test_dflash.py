@@ -96,7 +96,7 @@ def test_compiled_attention_pads_to_whole_blocks_and_padding_changes_nothing(tin
     for asked, used in ((512, 512), (200, 256)):
         objective.config.data.pad_to_multiple = asked
         assert pad_multiples(objective) == (asked, used)
-    assert pad_multiples(make_objective(tiny_target("qwen3"), attention="sdpa")[0]) == (1, 1)
+    assert pad_multiples(make_objective(tiny_target("qwen3"), attention="sdpa", compile_layers=False)[0]) == (1, 1)
 
     batch = make_batch()
     extra = 128 - batch.input_ids.shape[1]
@@ -114,6 +114,23 @@ def test_compiled_attention_pads_to_whole_blocks_and_padding_changes_nothing(tin
     torch.testing.assert_close(l0, l1, atol=1e-5, rtol=1e-6)
     for x, y in zip(g0, g1):
         torch.testing.assert_close(x, y, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("asked, device, hidden, compiled", [
+    (None, "cuda", 4096, True), (None, "cuda", 2048, True), (None, "cuda", 576, False), (None, "cpu", 4096, False),
+    (False, "cuda", 4096, False), (True, "cpu", 576, True),
+])
+def test_draft_layers_compile_by_the_measured_rule(tiny_target, asked, device, hidden, compiled):
+    """objective.compile_layers unset: compiled on CUDA for drafts at least COMPILE_MIN_HIDDEN wide (where
+    it was measured faster), eager elsewhere; a value the user gives wins. Compiled drafts pad batches
+    to whole blocks."""
+    path = tiny_target("qwen3")
+    config = make_config(path, compile_layers=asked, attention="sdpa")
+    objective = DFlashObjective.plan(config, load_target_config(str(path)), load_tokenizer(str(path)))
+    objective.draft_config.hidden_size = hidden  # the rule reads the width only; nothing is built
+    objective.use_device(torch.device(device))  # device-dependent choices only: nothing is allocated
+    assert objective.compile_layers is compiled
+    assert objective.pad_multiple == (128 if compiled else 1)
 
 
 def test_compiled_layers_match_eager_layers(tiny_target):

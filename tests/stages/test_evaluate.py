@@ -61,6 +61,7 @@ def test_cli_writes_a_lossless_report_with_plots(tiny_target, drafts, prompts_fi
     report = json.loads(out.read_text())
     assert report["settings"]["block_size"] == 4 and report["settings"]["temperature"] == 0.0
     assert report["settings"]["hybrid_target"] == (model_type == "nemotron_h")
+    assert report["settings"]["compiled"] is False  # the default compiles on GPUs only
     for name in ("gsm8k", "mine"):
         result = report["benchmarks"][name]
         spec = result["speculative"]
@@ -69,6 +70,13 @@ def test_cli_writes_a_lossless_report_with_plots(tiny_target, drafts, prompts_fi
         assert spec["decode_tokens"] == result["autoregressive"]["decode_tokens"]
         assert 1.0 <= spec["tau_pooled"] <= 4.0 and len(spec["slot_acceptance"]) == 3
         assert result["speedup"] > 0
+        # Each loop's step time beside its floor (the weights a step reads over the measured bandwidth).
+        floors = report["settings"]["floor_ms_per_step"]
+        for loop, steps, floor in ((result["autoregressive"], spec["decode_tokens"], floors["plain"]),
+                                   (spec, spec["verify_steps"], floors["speculative"])):
+            assert loop["ms_per_step"] == pytest.approx(1000 * loop["decode_seconds"] / steps)
+            assert loop["floor_ms_per_step"] == floor and loop["vs_floor"] == pytest.approx(loop["ms_per_step"] / floor)
+        assert 0 < floors["plain"] < floors["speculative"] and report["settings"]["copy_bandwidth_gb_s"] > 0
         lookup = result["prompt_lookup"]
         # transformers' assisted decoding cannot roll back a Mamba state: recorded, not faked.
         assert lookup["supported"] == (model_type != "nemotron_h")

@@ -5,6 +5,9 @@ plain autoregressive decoding of the target and speculative decoding with the dr
 outside baseline, transformers' prompt-lookup decoding. At temperature 0 the speculative output must
 equal the plain greedy output (the `lossless` fraction; 1.0 in float32).
 
+Each loop's time a step is set beside its floor, the weight bytes the step reads over the device's
+measured bandwidth (`memory_floor`): a plain baseline far above its floor inflates every speedup.
+
 The report (JSON) holds every number, the settings as measured, the resolved `target` and `evaluate`
 config sections, and the names of its PNG plots, which are written next to it.
 """
@@ -22,7 +25,9 @@ from flashdraft.data.sampling import Sampling
 from flashdraft.decoding import metrics, vllm_measure
 from flashdraft.decoding.benchmarks import Benchmark, load_benchmark
 from flashdraft.decoding.decoding import Generation, generate
+from flashdraft.decoding.compiled import compile_decoder_layers, compiles_by_default
 from flashdraft.decoding.graphs import StepGraphs
+from flashdraft.decoding.memory_floor import copy_bandwidth, floor_ms, speculative_step_bytes, target_step_bytes
 from flashdraft.decoding.plots import plot
 from flashdraft.decoding.prompt_lookup import prompt_lookup
 from flashdraft.decoding.proposers import DraftProposer
@@ -82,8 +87,11 @@ def stop_token_ids(tokenizer, model) -> set[int]:
 
 
 def _bench_report(bench: Benchmark, spec: list[Generation], plain: list[Generation], block: int,
-                  params: Sampling, lookup: dict | None) -> dict:
+                  params: Sampling, lookup: dict | None, floors: dict[str, float]) -> dict:
     spec_speed, plain_speed = metrics.throughput(spec), metrics.throughput(plain)
+    spec_speed |= metrics.step_time(spec_speed["decode_seconds"], sum(len(g.emitted) for g in spec),
+                                    floors["speculative"])
+    plain_speed |= metrics.step_time(plain_speed["decode_seconds"], plain_speed["decode_tokens"], floors["plain"])
     result = {
         "source": bench.source,
         "num_prompts": len(spec),
@@ -156,6 +164,11 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
     spec_runner = TargetRunner(model, draft_model.target_layer_ids, max_len)
     plain_runner = TargetRunner(model, [], max_len)
     proposer = DraftProposer(draft_model, frozen.embedding, frozen.lm_head, block)
+    hybrid = spec_runner.recurrent is not None
+    compiled = compiles_by_default(torch_device, hybrid) if evaluation.compile is None else evaluation.compile
+    if compiled:
+        compile_decoder_layers(model)
+        draft_model.compile_layers()
     spec_graphs = StepGraphs.for_device(torch_device, evaluation.cuda_graphs)
     plain_graphs = StepGraphs.for_device(torch_device, evaluation.cuda_graphs)
     gen_spec = torch.Generator(torch_device).manual_seed(seed)
@@ -170,6 +183,10 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
     generate(spec_runner, first, proposer=proposer, max_new_tokens=warm, graphs=spec_graphs,
                          generator=gen_spec, params=params)
 
+    # How fast a step could be on this device: the weight bytes it reads over the measured bandwidth.
+    bandwidth = copy_bandwidth(torch_device)
+    floors = {"plain": floor_ms(target_step_bytes(model), bandwidth),
+              "speculative": floor_ms(speculative_step_bytes(model, draft_model), bandwidth)}
     results = {}
     for bench in suite:
         spec, plain = [], []
@@ -182,7 +199,7 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
         if evaluation.prompt_lookup:
             lookup = prompt_lookup(model, encoded[bench.name], max_new_tokens=max_new_tokens, params=params,
                                    stop_ids=stops, pad_id=tokenizer.pad_token_id or next(iter(stops), 0))
-        results[bench.name] = _bench_report(bench, spec, plain, block, params, lookup)
+        results[bench.name] = _bench_report(bench, spec, plain, block, params, lookup, floors)
         log.info("%s: tau %.2f (pooled), speedup %s, lossless %s", bench.name,
                  results[bench.name]["speculative"]["tau_pooled"] or 0, results[bench.name]["speedup"],
                  results[bench.name]["lossless"])
@@ -205,7 +222,10 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
         "thinking": evaluation.thinking,
         "cuda_graphs": {"asked": evaluation.cuda_graphs, "speculative": spec_graphs.enabled,
                         "plain": plain_graphs.enabled},
-        "hybrid_target": spec_runner.recurrent is not None,
+        "compiled": compiled,
+        "copy_bandwidth_gb_s": bandwidth / 1e9,
+        "floor_ms_per_step": floors,
+        "hybrid_target": hybrid,
         # The Mamba-2 kernels decode and roll back too when they import; else the reference path.
         "target_fast_path": fast_path_status(target_config)["fast_path"],
         "stop_token_ids": sorted(stops),

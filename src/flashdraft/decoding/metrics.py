@@ -53,3 +53,10 @@ def lossless_fraction(spec: Sequence[Generation], plain: Sequence[Generation]) -
     """Share of prompts whose speculative output equals the plain greedy output, token for token."""
     same = sum(s.tokens == p.tokens for s, p in zip(spec, plain, strict=True))
     return same / len(spec)
+
+
+def step_time(seconds: float, steps: int, floor_ms: float) -> dict:
+    """Milliseconds a decoding step (a token for plain decoding, a draft + verify step for speculative
+    decoding) and its ratio to the step's floor (memory_floor)."""
+    ms = 1000 * seconds / steps if steps else None
+    return {"ms_per_step": ms, "floor_ms_per_step": floor_ms, "vs_floor": ms / floor_ms if ms is not None else None}

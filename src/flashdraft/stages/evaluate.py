@@ -48,13 +48,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def headline_metrics(report: dict) -> dict[str, float]:
-    """Per benchmark: tau, tokens/s, speedup, lossless (and vLLM's tau and speedup), as MLflow metrics."""
+    """Per benchmark: tau, tokens/s, plain ms a token and its ratio to the floor, speedup, lossless (and
+    vLLM's tau and speedup), as MLflow metrics."""
     flat = {}
     for name, r in report["benchmarks"].items():
         flat[f"{name}.tau_pooled"] = r["speculative"]["tau_pooled"]
         flat[f"{name}.tau_mean_of_requests"] = r["speculative"]["tau_mean_of_requests"]
         flat[f"{name}.spec_tokens_per_s"] = r["speculative"]["tokens_per_second"]
         flat[f"{name}.plain_tokens_per_s"] = r["autoregressive"]["tokens_per_second"]
+        flat[f"{name}.plain_ms_per_token"] = r["autoregressive"]["ms_per_step"]
+        flat[f"{name}.plain_vs_floor"] = r["autoregressive"]["vs_floor"]
         flat[f"{name}.speedup"] = r["speedup"]
         if "vllm" in r:
             flat[f"{name}.vllm_tau_pooled"] = r["vllm"]["speculative"]["tau_pooled"]

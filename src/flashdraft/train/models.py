@@ -46,8 +46,6 @@ def load_models(config: Config, objective: Objective, device: torch.device) -> M
     if objective.draft_config is not None:
         target = FrozenTarget(_load_lm(config.target, device))
         model = initial_draft(config.draft, objective.draft_config).to(device).train()
-        if config.objective.compile_layers:
-            model.compile_layers()
         units = list(model.layers)
     else:
         target = None

@@ -1,0 +1,65 @@
+"""Compiled decoder layers (evaluate's default on GPUs) decode exactly as the eager ones, and the floor
+a step is measured against counts the bytes a step reads."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from decoding_helpers import NEW, OracleProposer, hf_greedy, make_draft, make_target, prompt, run_spec
+from flashdraft.decoding.compiled import compile_decoder_layers, compiles_by_default
+from flashdraft.decoding.decoding import generate
+from flashdraft.decoding.memory_floor import (
+    copy_bandwidth, floor_ms, parameter_bytes, speculative_step_bytes, target_step_bytes,
+)
+from flashdraft.decoding.proposers import DraftProposer
+from flashdraft.decoding.target_runner import TargetRunner
+
+
+def test_compiled_layers_decode_token_for_token_like_eager():
+    """float32 on the CPU (inductor): plain and speculative greedy outputs of the compiled target and
+    draft equal transformers' eager greedy output; a noisy oracle makes the verify accept partial blocks,
+    so the compiled verify and its cache rollback are exercised, not just whole-block accepts."""
+    torch.set_num_threads(1)
+    target = make_target("qwen3")
+    ids = prompt()
+    block = 5
+    reference = hf_greedy(target, ids, NEW + block)
+    draft = make_draft(target, block_size=block)
+    compile_decoder_layers(target)
+    draft.compile_layers()
+    assert all(hasattr(layer.forward, "_torchdynamo_orig_callable") for layer in target.model.layers)
+    plain = generate(TargetRunner(target, [], ids.shape[1] + NEW + 1), ids, max_new_tokens=NEW)
+    assert plain.tokens == reference[:NEW]
+    spec = run_spec(target, DraftProposer(draft, target.get_input_embeddings(), target.get_output_embeddings()), ids)
+    assert spec.tokens == reference[:NEW]
+    noisy = run_spec(target, OracleProposer(reference, block, target.config.vocab_size, noise=0.3), ids)
+    assert noisy.tokens == reference[:NEW] and any(0 < a < block - 1 for a in noisy.accepted)
+
+
+@pytest.mark.parametrize("device, hybrid, compiled", [("cuda", False, True), ("cuda", True, False),
+                                                      ("cpu", False, False)])
+def test_decoding_compiles_by_default_on_gpus_for_attention_targets(device, hybrid, compiled):
+    assert compiles_by_default(torch.device(device), hybrid) is compiled
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_step_bytes_count_what_a_step_reads(tied):
+    """Every weight once; the input embedding table only where it is also the output head (one row of
+    it is gathered otherwise). A speculative step adds the draft's layers and the head's second read."""
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    config = Qwen3Config(vocab_size=1000, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, tie_word_embeddings=tied)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    table = 1000 * 32 * 2  # bytes of the [vocab, hidden] bf16 table
+    everything = sum(p.numel() * 2 for p in model.parameters())  # shared tensors are listed once
+    assert target_step_bytes(model) == (everything if tied else everything - table)
+    draft = make_draft(make_target("qwen3"), block_size=4).to(torch.bfloat16)
+    assert speculative_step_bytes(model, draft) == target_step_bytes(model) + parameter_bytes(draft) + table
+
+
+def test_floor_is_bytes_over_the_measured_bandwidth():
+    bandwidth = copy_bandwidth(torch.device("cpu"), size=2**24, repeats=2)
+    assert 1e8 < bandwidth < 1e13  # a copy of 16 MiB runs at some memory's speed
+    assert floor_ms(int(bandwidth), bandwidth) == pytest.approx(1000.0)
