@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Draft quality side by side with the peer trainer (issue 22): SmolLM2-135M-Instruct answers ShareGPT
+# first turns and the packaged mix (T=0.8, up to the training length); two drafts train on the same
+# prepared data, in the same order, with the same draft, optimizer, schedule and number of steps:
+# flashdraft's objective and SpecForge 0.2.0's (benchmarks/peer_objective.py, run inside flashdraft's
+# trainer by benchmarks/peer_train.py); both are evaluated by `flashdraft evaluate` on the same GPU.
+#
+#   python benchmarks/quality_sharegpt_prepare.py --out DATA     # any machine with the packaged sources
+#   benchmarks/quality_sharegpt.sh warmup GGUF DATA WORK         # regenerate answers (shards side by side)
+#   benchmarks/quality_sharegpt.sh train flashdraft DATA WORK    # our objective
+#   benchmarks/quality_sharegpt.sh train peer DATA WORK          # SpecForge's objective, same everything else
+#   benchmarks/quality_sharegpt.sh evaluate flashdraft DATA WORK # decoding + teacher-forced tau
+#   benchmarks/quality_sharegpt.sh evaluate peer DATA WORK
+#   benchmarks/quality_sharegpt.sh collect WORK OUT              # the evidence folder
+#   benchmarks/quality_sharegpt.sh all GGUF DATA WORK OUT        # everything in order
+#
+# Seeds are fixed (data.seed, train.seed, warmup.seed, evaluate.seed = 0). Phases are separate so each
+# fits a machine window; WORK keeps the state between them. Needs, besides flashdraft: specforge==0.2.0
+# and dflash==0.1.0 (pip install --no-deps). Environment: STEPS (optimizer steps of each draft, default
+# 400), MAX_LENGTH (training length = the answers' limit, default 1024), SHARD_BATCH (prompts a generate
+# call, default 256), EVAL_NEW_TOKENS (decoded tokens a prompt, default 256; the second-turn
+# benchmark's context answers get twice that), DEVICE (evaluation: cuda; cpu for a smoke run),
+# ATTENTION (flex; sdpa on a CPU), TRAIN_ARGS (extra key=value settings of both trainings, e.g. for a
+# small smoke run: "data.eval_samples=2 train.micro_batch_size=2").
+set -euo pipefail
+phase=${1:-}
+here=$(cd "$(dirname "$0")" && pwd)
+run() { echo "+ $*" >&2; "$@"; }
+flashdraft() { python3 -m flashdraft.cli "$@"; }
+wait_all() { local rc=0 pid; for pid in "$@"; do wait "$pid" || rc=$?; done; return $rc; }
+max_length=${MAX_LENGTH:-1024}
+objective_of() { case $1 in flashdraft) echo dflash ;; peer) echo specforge ;; *) echo "unknown draft $1" >&2; exit 2 ;; esac; }
+
+case $phase in
+warmup)
+  gguf=$2 data=$3 work=$4
+  mkdir -p "$work"
+  # A 135M model's decode step is host-bound (benchmarks/RESULTS.md section 6): processes side by side
+  # add throughput. Sampled answers (the seed recipe's T=0.8) up to the training length.
+  pids=()
+  for prompts in "$data"/prompts_*.jsonl; do
+    shard=$(basename "$prompts" .jsonl)
+    # A cache folder each: processes that materialise the same target into one folder would race.
+    run flashdraft warmup --target "$gguf" --prompts "$prompts" --output "$work/warmup_$shard" \
+      --cache-dir "$work/cache_$shard" --max-new-tokens "$max_length" --temperature 0.8 --batch-size "${SHARD_BATCH:-256}" \
+      --backend static --max-length "$max_length" > "$work/warmup_$shard.log" 2>&1 &
+    pids+=($!)
+  done
+  # The second-turn benchmark: the target answers both user turns greedily; its own first answer is
+  # then the context of the second turn.
+  run flashdraft warmup --target "$gguf" --prompts "$data/sharegpt_second_turn_source.jsonl" \
+    --output "$work/warmup_second_turn" --cache-dir "$work/cache_second_turn" --max-new-tokens $((2 * ${EVAL_NEW_TOKENS:-256})) --temperature 0 \
+    --backend static --turns all > "$work/warmup_second_turn.log" 2>&1 &
+  pids+=($!)
+  wait_all "${pids[@]}"
+  cp "$work/warmup_second_turn/train.jsonl" "$work/sharegpt_second_turn.jsonl"
+  python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['target_path'])" \
+    "$work/warmup_prompts_0/manifest.json" > "$work/target_path"
+  ;;
+train)
+  name=$2 work=$4
+  objective=$(objective_of "$name")
+  answers=$(printf '%s,' "$work"/warmup_prompts_*/train.jsonl)
+  # Everything but objective.name is the same for both drafts; the tokenised data is shared (cache_dir).
+  run python3 -m torch.distributed.run --standalone --nproc-per-node 1 "$here/peer_train.py" \
+    --config smollm2_135m "target.name_or_path=$(cat "$work/target_path")" target.dtype=bfloat16 \
+    "data.train=[${answers%,}]" data.limit=null "data.max_length=$max_length" data.eval_samples=64 \
+    "data.cache_dir=$work/tokenized" objective.num_anchors=64 "objective.attention=${ATTENTION:-flex}" \
+    train.micro_batch_size=32 train.epochs=100 "train.max_steps=${STEPS:-400}" train.eval_every=100 \
+    train.log_every=10 train.checkpoint_every=100000 "objective.name=$objective" \
+    "train.output_dir=$work/train_$name" ${TRAIN_ARGS:-} > "$work/train_$name.log" 2>&1
+  ;;
+evaluate)
+  name=$2 data=$3 work=$4
+  objective_of "$name" > /dev/null
+  target=$(cat "$work/target_path") draft="$work/train_$name/export"
+  mkdir -p "$work/results"
+  # bf16 as served; greedy, so the lossless fraction is reported (bit-exact only in float32).
+  run flashdraft evaluate --draft "$draft" --target "$target" --max-new-tokens "${EVAL_NEW_TOKENS:-256}" \
+    --device "${DEVICE:-cuda}" \
+    --bench "$data/gsm8k.jsonl" "$data/humaneval.jsonl" "$data/chat.jsonl" "$data/sharegpt_first_turn.jsonl" \
+    "$work/sharegpt_second_turn.jsonl" --output "$work/results/${name}_report.json" > "$work/results/$name.log" 2>&1
+  # Teacher-forced expected tau of the same draft on the target's own answers to held-out ShareGPT
+  # conversations: the number training optimises, beside the tau that decoding reaches.
+  run python3 "$here/heldout_tau.py" --config smollm2_135m --draft "$draft" \
+    --eval "sharegpt_heldout=$work/sharegpt_second_turn.jsonl" --out "$work/results/${name}_heldout_tau.json" \
+    -- "target.name_or_path=$target" target.dtype=bfloat16 "data.max_length=$max_length" \
+    objective.num_anchors=64 "objective.attention=${ATTENTION:-flex}" >> "$work/results/$name.log" 2>&1
+  ;;
+collect)
+  work=$2 out=$3
+  mkdir -p "$out"
+  python3 - "$work" "$out" <<'EOF'
+import hashlib, json, shutil, sys
+from pathlib import Path
+
+work, out = Path(sys.argv[1]), Path(sys.argv[2])
+evidence = {}
+for name in ("flashdraft", "peer"):
+    shutil.copy(work / "results" / f"{name}_report.json", out / f"{name}_report.json")
+    shutil.copy(work / "results" / f"{name}_heldout_tau.json", out / f"{name}_heldout_tau.json")
+    run = work / f"train_{name}"
+    shutil.copy(run / "metrics.jsonl", out / f"{name}_training_curve.jsonl")
+    shutil.copy(run / "config.yaml", out / f"{name}_config.yaml")
+    weights = (run / "export" / "model.safetensors").read_bytes()
+    evidence[name] = {"model.safetensors sha256": hashlib.sha256(weights).hexdigest(),
+                      "steps": json.loads((run / "summary.json").read_text())["steps"]}
+manifests = sorted(work.glob("warmup_prompts_*/manifest.json"))
+evidence["warmup"] = [json.loads(m.read_text()) for m in manifests]
+(out / "evidence.json").write_text(json.dumps(evidence, indent=1) + "\n")
+print(json.dumps({k: v for k, v in evidence.items() if k != "warmup"}, indent=1))
+EOF
+  ;;
+all)
+  gguf=$2 data=$3 work=$4 out=$5
+  bash "$0" warmup "$gguf" "$data" "$work"
+  for name in flashdraft peer; do bash "$0" train "$name" "$data" "$work"; done
+  for name in flashdraft peer; do bash "$0" evaluate "$name" "$data" "$work"; done
+  bash "$0" collect "$work" "$out"
+  ;;
+*)
+  echo "usage: $0 warmup GGUF DATA WORK | train flashdraft|peer DATA WORK | evaluate flashdraft|peer DATA WORK" \
+       "| collect WORK OUT | all GGUF DATA WORK OUT" >&2
+  exit 2
+  ;;
+esac
