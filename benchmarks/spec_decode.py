@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from flashdraft.model import DFlashDraftConfig, DFlashDraftModel  # noqa: E402
 from flashdraft.decoding.cache_kwarg import cache_kwarg  # noqa: E402
-from flashdraft.decoding.compiled import compile_decoder_layers  # noqa: E402
+from flashdraft.decoding.compiled import CompiledLayers  # noqa: E402
 from flashdraft.decoding.decoding import generate  # noqa: E402
 from flashdraft.decoding.graphs import StepGraphs  # noqa: E402
 from flashdraft.decoding.memory_floor import (  # noqa: E402
@@ -267,15 +267,16 @@ def main(argv: list[str] | None = None) -> int:
         runs = time_methods(methods, prompts, new, block)
         profile = profile_plain_step(target, prompts[0], 32) if args.profile and device.type == "cuda" else None
         if args.compiled:  # evaluate's GPU default for attention-only targets
-            compile_decoder_layers(target)
             draft.compile_layers()
             compiled = {"spec": StepGraphs.for_device(device, not args.no_cuda_graphs),
                         "plain": StepGraphs.for_device(device, not args.no_cuda_graphs)}
-            runs.update(time_methods({
-                "flashdraft speculative, compiled": lambda ids, n: run_ours(spec_runner, proposer, ids, n,
-                                                                            compiled["spec"]),
-                "flashdraft plain, compiled": lambda ids, n: run_ours(plain_runner, None, ids, n, compiled["plain"]),
-            }, prompts, new, block))
+            with CompiledLayers(target):
+                runs.update(time_methods({
+                    "flashdraft speculative, compiled": lambda ids, n: run_ours(spec_runner, proposer, ids, n,
+                                                                                compiled["spec"]),
+                    "flashdraft plain, compiled": lambda ids, n: run_ours(plain_runner, None, ids, n,
+                                                                          compiled["plain"]),
+                }, prompts, new, block))
             graphs.update({f"{k}, compiled": g for k, g in compiled.items()})
 
     results = {name: summarise(r) for name, r in runs.items()}

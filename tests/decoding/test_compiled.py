@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from decoding_helpers import NEW, OracleProposer, hf_greedy, make_draft, make_target, prompt, run_spec
-from flashdraft.decoding.compiled import compile_decoder_layers, compiles_by_default
+from flashdraft.decoding.compiled import CompiledLayers, compiles_by_default
 from flashdraft.decoding.decoding import generate
 from flashdraft.decoding.memory_floor import (
     copy_bandwidth, floor_ms, parameter_bytes, speculative_step_bytes, target_step_bytes,
@@ -26,15 +26,20 @@ def test_compiled_layers_decode_token_for_token_like_eager():
     block = 5
     reference = hf_greedy(target, ids, NEW + block)
     draft = make_draft(target, block_size=block)
-    compile_decoder_layers(target)
     draft.compile_layers()
-    assert all(hasattr(layer.forward, "_torchdynamo_orig_callable") for layer in target.model.layers)
-    plain = generate(TargetRunner(target, [], ids.shape[1] + NEW + 1), ids, max_new_tokens=NEW)
-    assert plain.tokens == reference[:NEW]
-    spec = run_spec(target, DraftProposer(draft, target.get_input_embeddings(), target.get_output_embeddings()), ids)
-    assert spec.tokens == reference[:NEW]
-    noisy = run_spec(target, OracleProposer(reference, block, target.config.vocab_size, noise=0.3), ids)
-    assert noisy.tokens == reference[:NEW] and any(0 < a < block - 1 for a in noisy.accepted)
+    layers = CompiledLayers(target)
+    with layers:
+        assert all(hasattr(layer.forward, "_torchdynamo_orig_callable") for layer in target.model.layers)
+        plain = generate(TargetRunner(target, [], ids.shape[1] + NEW + 1), ids, max_new_tokens=NEW)
+        assert plain.tokens == reference[:NEW]
+        spec = run_spec(target, DraftProposer(draft, target.get_input_embeddings(), target.get_output_embeddings()),
+                        ids)
+        assert spec.tokens == reference[:NEW]
+        noisy = run_spec(target, OracleProposer(reference, block, target.config.vocab_size, noise=0.3), ids)
+        assert noisy.tokens == reference[:NEW] and any(0 < a < block - 1 for a in noisy.accepted)
+    # Outside, the eager forwards are back (transformers' generate feeds every length).
+    assert not any(hasattr(layer.forward, "_torchdynamo_orig_callable") for layer in target.model.layers)
+    assert hf_greedy(target, ids, NEW) == reference[:NEW]
 
 
 @pytest.mark.parametrize("device, hybrid, compiled", [("cuda", False, True), ("cuda", True, False),

@@ -91,6 +91,17 @@ def test_cli_writes_a_lossless_report_with_plots(tiny_target, drafts, prompts_fi
     assert report["config"]["target"]["name_or_path"] == str(tiny_target(model_type))
 
 
+def test_compiled_evaluation_is_lossless_and_keeps_prompt_lookup_eager(tiny_target, drafts, prompts_file, tmp_path):
+    """evaluate.compile (the GPU default), here on the CPU: our loops run compiled layers and stay
+    lossless; prompt lookup, transformers' generate with a growing cache, runs the eager layers after."""
+    target = tiny_target("qwen3")
+    report = run_evaluate(drafts("qwen3"), target, tmp_path / "r.json", benchmarks=[str(prompts_file)],
+                          max_new_tokens=8, num_prompts=1, compile=True)
+    result = report["benchmarks"]["mine"]
+    assert report["settings"]["compiled"] is True and result["lossless"] == 1.0
+    assert result["prompt_lookup"]["supported"] and result["prompt_lookup"]["tau_pooled"] >= 1.0
+
+
 def test_sampled_evaluation_reports_no_lossless_check(tiny_target, drafts, prompts_file, tmp_path):
     report = run_evaluate(drafts("qwen3"), tiny_target("qwen3"), tmp_path / "r.json",
                           benchmarks=[str(prompts_file)], max_new_tokens=8, temperature=0.8, top_k=20,

@@ -20,12 +20,25 @@ def compiles_by_default(device: torch.device, hybrid: bool) -> bool:
     return device.type == "cuda" and not hybrid
 
 
-def compile_decoder_layers(model: nn.Module) -> None:
-    """torch.compile each decoder layer's forward (fixed shapes): its module hooks, which tap hidden
-    states for the draft, stay outside and eager."""
-    # A layer's attention reads its `layer_idx` (the cache slot); as a static int it would compile once
-    # per layer, as a dynamic one all layers share a graph.
-    torch._dynamo.config.allow_unspec_int_on_nn_module = True
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-    for layer in decoder_layers(model):
-        layer.forward = torch.compile(layer.forward, dynamic=False)
+class CompiledLayers:
+    """While entered, each decoder layer's forward is a torch.compile'd one (fixed shapes); on exit the
+    eager forwards are back, for code that feeds the model shapes of every length (transformers'
+    generate with a growing cache would recompile each step). The compiled code is kept between entries.
+    The module's hooks, which tap hidden states for the draft, stay outside and eager."""
+
+    def __init__(self, model: nn.Module):
+        # A layer's attention reads its `layer_idx` (the cache slot); as a static int it would compile
+        # once per layer, as a dynamic one all layers share a graph.
+        torch._dynamo.config.allow_unspec_int_on_nn_module = True
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        self.layers = list(decoder_layers(model))
+        self.compiled = [torch.compile(layer.forward, dynamic=False) for layer in self.layers]
+
+    def __enter__(self) -> CompiledLayers:
+        for layer, forward in zip(self.layers, self.compiled):
+            layer.forward = forward
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for layer in self.layers:
+            del layer.forward  # the class's eager forward again

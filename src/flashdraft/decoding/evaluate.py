@@ -14,6 +14,7 @@ config sections, and the names of its PNG plots, which are written next to it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 
@@ -25,7 +26,7 @@ from flashdraft.data.sampling import Sampling
 from flashdraft.decoding import metrics, vllm_measure
 from flashdraft.decoding.benchmarks import Benchmark, load_benchmark
 from flashdraft.decoding.decoding import Generation, generate
-from flashdraft.decoding.compiled import compile_decoder_layers, compiles_by_default
+from flashdraft.decoding.compiled import CompiledLayers, compiles_by_default
 from flashdraft.decoding.graphs import StepGraphs
 from flashdraft.decoding.memory_floor import copy_bandwidth, floor_ms, speculative_step_bytes, target_step_bytes
 from flashdraft.decoding.plots import plot
@@ -166,8 +167,9 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
     proposer = DraftProposer(draft_model, frozen.embedding, frozen.lm_head, block)
     hybrid = spec_runner.recurrent is not None
     compiled = compiles_by_default(torch_device, hybrid) if evaluation.compile is None else evaluation.compile
+    # Our loops run the compiled layers; prompt lookup (transformers' generate, a growing cache) the eager ones.
+    our_layers = CompiledLayers(model) if compiled else contextlib.nullcontext()
     if compiled:
-        compile_decoder_layers(model)
         draft_model.compile_layers()
     spec_graphs = StepGraphs.for_device(torch_device, evaluation.cuda_graphs)
     plain_graphs = StepGraphs.for_device(torch_device, evaluation.cuda_graphs)
@@ -178,10 +180,10 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
     # Warm-up (graph capture, allocator, kernels) outside the timed runs: a few steps of each loop.
     first = next(iter(encoded.values()))[0]
     warm = min(max_new_tokens, 3 * block)
-    generate(plain_runner, first, max_new_tokens=warm, graphs=plain_graphs, generator=gen_plain,
-                            params=params)
-    generate(spec_runner, first, proposer=proposer, max_new_tokens=warm, graphs=spec_graphs,
-                         generator=gen_spec, params=params)
+    with our_layers:
+        generate(plain_runner, first, max_new_tokens=warm, graphs=plain_graphs, generator=gen_plain, params=params)
+        generate(spec_runner, first, proposer=proposer, max_new_tokens=warm, graphs=spec_graphs,
+                 generator=gen_spec, params=params)
 
     # How fast a step could be on this device: the weight bytes it reads over the measured bandwidth.
     bandwidth = copy_bandwidth(torch_device)
@@ -190,11 +192,12 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
     results = {}
     for bench in suite:
         spec, plain = [], []
-        for ids in tqdm(encoded[bench.name], desc=f"evaluate {bench.name}", unit="prompt"):
-            plain.append(generate(plain_runner, ids, max_new_tokens=max_new_tokens,
-                                                 graphs=plain_graphs, generator=gen_plain, **common))
-            spec.append(generate(spec_runner, ids, proposer=proposer, max_new_tokens=max_new_tokens,
-                                             graphs=spec_graphs, generator=gen_spec, **common))
+        with our_layers:
+            for ids in tqdm(encoded[bench.name], desc=f"evaluate {bench.name}", unit="prompt"):
+                plain.append(generate(plain_runner, ids, max_new_tokens=max_new_tokens,
+                                      graphs=plain_graphs, generator=gen_plain, **common))
+                spec.append(generate(spec_runner, ids, proposer=proposer, max_new_tokens=max_new_tokens,
+                                     graphs=spec_graphs, generator=gen_spec, **common))
         lookup = None
         if evaluation.prompt_lookup:
             lookup = prompt_lookup(model, encoded[bench.name], max_new_tokens=max_new_tokens, params=params,
