@@ -53,7 +53,7 @@ def slot_weights(block_size: int, gamma: float) -> torch.Tensor:
 
 
 # Draft width from which compiled layers train faster on a GPU. Measured on one H200 (benchmarks/RESULTS.md
-# section 7): hidden 4096 (Qwen3-8B) 1.10x and 2688 (Nemotron-3-Nano) 1.14x faster; hidden 576
+# sections 5 and 7): hidden 4096 (Qwen3-8B) 1.11x and 2688 (Nemotron-3-Nano) 1.14x faster; hidden 576
 # (SmolLM2-135M) 1.20x slower, where a step is a few small kernels and the compiled call's own cost shows.
 COMPILE_MIN_HIDDEN = 2048
 
