@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sharegpt", type=int, default=2000, help="ShareGPT training prompts")
     parser.add_argument("--mix", type=int, default=1000, help="training prompts from the packaged mix")
     parser.add_argument("--eval-prompts", type=int, default=32, help="prompts per benchmark")
-    parser.add_argument("--shards", type=int, default=4, help="training prompt files, one warmup process each")
+    parser.add_argument("--shards", type=int, default=8, help="training prompt files, one warmup process each")
     args = parser.parse_args(argv)
     for flag in ("sharegpt", "mix", "eval_prompts", "shards"):
         if getattr(args, flag) < 1:

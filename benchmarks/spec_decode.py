@@ -50,6 +50,7 @@ from flashdraft.decoding.memory_floor import (  # noqa: E402
 )
 from flashdraft.decoding.proposers import DraftProposer  # noqa: E402
 from flashdraft.decoding.target_runner import TargetRunner  # noqa: E402
+from flashdraft.target.frozen import decoder_layers  # noqa: E402
 
 SHAPES = {
     # Qwen3-8B and the z-lab Qwen3-8B DFlash draft (dflash-reference.md section 2).
@@ -267,10 +268,9 @@ def main(argv: list[str] | None = None) -> int:
         runs = time_methods(methods, prompts, new, block)
         profile = profile_plain_step(target, prompts[0], 32) if args.profile and device.type == "cuda" else None
         if args.compiled:  # evaluate's GPU default for attention-only targets
-            draft.compile_layers()
             compiled = {"spec": StepGraphs.for_device(device, not args.no_cuda_graphs),
                         "plain": StepGraphs.for_device(device, not args.no_cuda_graphs)}
-            with CompiledLayers(target):
+            with CompiledLayers([*decoder_layers(target), *draft.layers], lengths={1, block}):
                 runs.update(time_methods({
                     "flashdraft speculative, compiled": lambda ids, n: run_ours(spec_runner, proposer, ids, n,
                                                                                 compiled["spec"]),

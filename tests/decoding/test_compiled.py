@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
-from decoding_helpers import NEW, OracleProposer, hf_greedy, make_draft, make_target, prompt, run_spec
+from decoding_helpers import NEW, OracleProposer, hf_greedy, make_draft, make_target, prompt
 from flashdraft.decoding.compiled import CompiledLayers, compiles_by_default
 from flashdraft.decoding.decoding import generate
 from flashdraft.decoding.memory_floor import (
@@ -14,31 +15,41 @@ from flashdraft.decoding.memory_floor import (
 )
 from flashdraft.decoding.proposers import DraftProposer
 from flashdraft.decoding.target_runner import TargetRunner
+from flashdraft.target.frozen import decoder_layers
 
 
 def test_compiled_layers_decode_token_for_token_like_eager():
     """float32 on the CPU (inductor): plain and speculative greedy outputs of the compiled target and
     draft equal transformers' eager greedy output; a noisy oracle makes the verify accept partial blocks,
-    so the compiled verify and its cache rollback are exercised, not just whole-block accepts."""
+    so the compiled verify and its cache rollback are exercised, not just whole-block accepts. Only the
+    fixed-length steps compile: a prompt of another length (its prefill, the draft's first context)
+    decodes with no new compile, which evaluate's timed loops would otherwise pay."""
     torch.set_num_threads(1)
     target = make_target("qwen3")
-    ids = prompt()
     block = 5
+    ids = prompt()
+    longer = torch.randint(4, 260, (1, ids.shape[1] + 7), generator=torch.Generator().manual_seed(1))
     reference = hf_greedy(target, ids, NEW + block)
+    reference_longer = hf_greedy(target, longer, NEW)
     draft = make_draft(target, block_size=block)
-    draft.compile_layers()
-    layers = CompiledLayers(target)
+    proposer = DraftProposer(draft, target.get_input_embeddings(), target.get_output_embeddings())
+    max_len = longer.shape[1] + NEW + block + 1  # one size for every prompt, as evaluate sizes its runners
+    plain_runner, spec_runner = TargetRunner(target, [], max_len), TargetRunner(target, [1, 2, 4], max_len)
+    layers = CompiledLayers([*decoder_layers(target), *draft.layers], lengths={1, block})
     with layers:
-        assert all(hasattr(layer.forward, "_torchdynamo_orig_callable") for layer in target.model.layers)
-        plain = generate(TargetRunner(target, [], ids.shape[1] + NEW + 1), ids, max_new_tokens=NEW)
-        assert plain.tokens == reference[:NEW]
-        spec = run_spec(target, DraftProposer(draft, target.get_input_embeddings(), target.get_output_embeddings()),
-                        ids)
-        assert spec.tokens == reference[:NEW]
-        noisy = run_spec(target, OracleProposer(reference, block, target.config.vocab_size, noise=0.3), ids)
+        assert all("forward" in vars(layer) for layer in [*target.model.layers, *draft.layers])
+        assert generate(plain_runner, ids, max_new_tokens=NEW).tokens == reference[:NEW]
+        assert generate(spec_runner, ids, proposer=proposer, max_new_tokens=NEW).tokens == reference[:NEW]
+        noisy = generate(spec_runner, ids, proposer=OracleProposer(reference, block, target.config.vocab_size,
+                                                                   noise=0.3), max_new_tokens=NEW)
         assert noisy.tokens == reference[:NEW] and any(0 < a < block - 1 for a in noisy.accepted)
+        graphs = counters["stats"]["unique_graphs"]
+        assert graphs > 0
+        assert generate(plain_runner, longer, max_new_tokens=NEW).tokens == reference_longer
+        assert generate(spec_runner, longer, proposer=proposer, max_new_tokens=NEW).tokens == reference_longer
+        assert counters["stats"]["unique_graphs"] == graphs
     # Outside, the eager forwards are back (transformers' generate feeds every length).
-    assert not any(hasattr(layer.forward, "_torchdynamo_orig_callable") for layer in target.model.layers)
+    assert not any("forward" in vars(layer) for layer in [*target.model.layers, *draft.layers])
     assert hf_greedy(target, ids, NEW) == reference[:NEW]
 
 

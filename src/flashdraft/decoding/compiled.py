@@ -8,10 +8,12 @@ graph. torch.compile fuses those; the matmuls stay cuBLAS's. Measured on one H20
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Collection, Iterable
+
 import torch
 from torch import nn
 
-from flashdraft.target.frozen import decoder_layers
 
 
 def compiles_by_default(device: torch.device, hybrid: bool) -> bool:
@@ -21,24 +23,37 @@ def compiles_by_default(device: torch.device, hybrid: bool) -> bool:
 
 
 class CompiledLayers:
-    """While entered, each decoder layer's forward is a torch.compile'd one (fixed shapes); on exit the
-    eager forwards are back, for code that feeds the model shapes of every length (transformers'
-    generate with a growing cache would recompile each step). The compiled code is kept between entries.
-    The module's hooks, which tap hidden states for the draft, stay outside and eager."""
+    """While entered, each given layer runs a torch.compile'd forward (fixed shapes) for the decoding
+    steps' own lengths and its eager forward for any other: a prompt's prefill, or the draft's first
+    context, has a new length each sequence and would compile again inside the timed loop. On exit the
+    eager forwards are back, for code that feeds every length (transformers' generate with a growing
+    cache). The compiled code is kept between entries. Module hooks (the taps of the draft's features)
+    stay outside and eager.
 
-    def __init__(self, model: nn.Module):
+    `lengths`: the sequence lengths of the fixed-shape steps (1 for a plain step, the block for a verify
+    and a draft step). A call is compiled when every 3-D positional tensor it gets (the hidden states;
+    the draft's context too) is that long.
+    """
+
+    def __init__(self, layers: Iterable[nn.Module], lengths: Collection[int]):
         # A layer's attention reads its `layer_idx` (the cache slot); as a static int it would compile
         # once per layer, as a dynamic one all layers share a graph.
         torch._dynamo.config.allow_unspec_int_on_nn_module = True
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-        self.layers = list(decoder_layers(model))
+        self.layers = list(layers)
+        self.lengths = frozenset(lengths)
         self.compiled = [torch.compile(layer.forward, dynamic=False) for layer in self.layers]
 
     def __enter__(self) -> CompiledLayers:
-        for layer, forward in zip(self.layers, self.compiled):
-            layer.forward = forward
+        for layer, compiled in zip(self.layers, self.compiled):
+            layer.forward = functools.partial(_by_length, self.lengths, compiled, layer.forward)
         return self
 
     def __exit__(self, *_: object) -> None:
         for layer in self.layers:
             del layer.forward  # the class's eager forward again
+
+
+def _by_length(lengths: frozenset[int], compiled: Callable, eager: Callable, *args, **kwargs):
+    fixed = all(a.shape[1] in lengths for a in args if isinstance(a, torch.Tensor) and a.dim() == 3)
+    return (compiled if fixed else eager)(*args, **kwargs)

@@ -38,7 +38,7 @@ from flashdraft.files import check_output_file, write_json
 from flashdraft.model import DFlashDraftModel
 from flashdraft.model.check import check_draft, read_draft_config
 from flashdraft.target.fast_path import fast_path_status
-from flashdraft.target.frozen import FrozenTarget
+from flashdraft.target.frozen import FrozenTarget, decoder_layers
 from flashdraft.target.source import (
     check_draft_fits,
     check_weights,
@@ -168,9 +168,8 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
     hybrid = spec_runner.recurrent is not None
     compiled = compiles_by_default(torch_device, hybrid) if evaluation.compile is None else evaluation.compile
     # Our loops run the compiled layers; prompt lookup (transformers' generate, a growing cache) the eager ones.
-    our_layers = CompiledLayers(model) if compiled else contextlib.nullcontext()
-    if compiled:
-        draft_model.compile_layers()
+    our_layers = (CompiledLayers([*decoder_layers(model), *draft_model.layers], lengths={1, block}) if compiled
+                  else contextlib.nullcontext())
     spec_graphs = StepGraphs.for_device(torch_device, evaluation.cuda_graphs)
     plain_graphs = StepGraphs.for_device(torch_device, evaluation.cuda_graphs)
     gen_spec = torch.Generator(torch_device).manual_seed(seed)
