@@ -11,6 +11,7 @@ the tests, one process and one thread each:
   ours           objective.name=dflash, train.grad_clip=1.0 (the recipe)
   ours_clip      ours with train.grad_clip=0.43: our gradients are ~2.3x smaller, so this clips as the
                  peer's 1.0 clips its own
+  ours_peer_anchors  ours with the peer's anchor rule (peer_objective.PeerAnchorsObjective)
   peer           objective.name=specforge
 Each export is scored by one measure, our trainer's evaluation on held-out alphabet replies
 (benchmarks/heldout_tau.py): expected tau and drafted-slot accuracy. Writes DIR/ablation.json and
@@ -33,6 +34,7 @@ TESTS = HERE.parent / "tests"
 VARIANTS = {
     "ours": {"objective.name": "dflash"},
     "ours_clip": {"objective.name": "dflash", "train.grad_clip": 0.43},
+    "ours_peer_anchors": {"objective.name": "dflash_peer_anchors"},
     "peer": {"objective.name": "specforge"},
 }
 
@@ -86,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         accs = [r["eval_accuracy"] for r in rows if r["variant"] == variant]
         summary[variant] = {"eval_tau_mean": statistics.mean(taus), "eval_tau_min": min(taus),
                             "eval_tau_max": max(taus), "eval_accuracy_mean": statistics.mean(accs)}
-        print(f"{variant:10s} expected tau {summary[variant]['eval_tau_mean']:.3f} "
+        print(f"{variant:18s} expected tau {summary[variant]['eval_tau_mean']:.3f} "
               f"[{min(taus):.3f}, {max(taus):.3f}]  drafted-slot accuracy {summary[variant]['eval_accuracy_mean']:.3f}")
     result = {"command": " ".join(["python", "benchmarks/objective_ablation.py", *(argv or sys.argv[1:])]),
               "steps": args.steps, "seeds": args.seeds, "runs": rows, "summary": summary}

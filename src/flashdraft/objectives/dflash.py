@@ -161,6 +161,10 @@ class DFlashObjective:
         self.target_flops = DecoderFlops(decoder_layers(target.model)[: last + 1], self.target_config)
 
     # -- one step ------------------------------------------------------------------------------
+    def anchor_positions(self, loss_mask: torch.Tensor, length: int) -> torch.Tensor:
+        """Where one sample's blocks may start (the reference's rule)."""
+        return valid_anchor_positions(loss_mask, length, self.block_size)
+
     def prepare(self, batch: Batch, step: int) -> DFlashPrepared:
         n, _ = batch.input_ids.shape
         size, count = self.block_size, self.num_anchors
@@ -168,7 +172,7 @@ class DFlashObjective:
         block_valid = torch.zeros(n, count, dtype=torch.bool)
         lengths = batch.attention_mask.sum(dim=1).tolist()
         for row in range(n):
-            positions = valid_anchor_positions(batch.loss_mask[row].bool(), int(lengths[row]), size)
+            positions = self.anchor_positions(batch.loss_mask[row].bool(), int(lengths[row]))
             if len(positions) == 0:
                 continue
             gen = torch.Generator().manual_seed(
@@ -176,13 +180,14 @@ class DFlashObjective:
             chosen = positions[torch.randperm(len(positions), generator=gen)[:count]].sort().values
             anchors[row, : len(chosen)] = chosen
             block_valid[row, : len(chosen)] = True
-        # Slot k of block b reads position anchor + k; clamp keeps padding blocks' reads in range.
+        # Slot k of block b reads position anchor + k; clamp keeps the reads of padding blocks (and of
+        # slots past the batch's end) in range, and such slots are not supervised.
         seq_len = batch.input_ids.shape[1]
-        pos = (anchors[..., None] + torch.arange(size)).clamp(max=seq_len - 1)  # [N, A, B]
-        flat = pos.view(n, -1)
+        unclamped = anchors[..., None] + torch.arange(size)  # [N, A, B]
+        flat = unclamped.clamp(max=seq_len - 1).view(n, -1)
         labels = batch.input_ids.gather(1, flat).view(n, count, size)
         supervised = batch.loss_mask.bool().gather(1, flat).view(n, count, size)
-        label_mask = supervised & block_valid[..., None]
+        label_mask = supervised & block_valid[..., None] & (unclamped < seq_len)
         label_mask[..., 0] = False
         return DFlashPrepared(batch, anchors, block_valid, labels * label_mask, label_mask)
 
