@@ -17,11 +17,12 @@ from flashdraft.target.source import load_target_config, load_tokenizer
 
 
 def naive_loss(objective: DFlashObjective, draft, batch: Batch, prepared) -> torch.Tensor:
-    """Full logits, one draft forward per block with NO mask over exactly its visible context."""
+    """Full logits, one draft forward per block with NO mask over exactly its visible context; the
+    decay-weighted mean of the supervised slots' cross-entropy."""
     target, size = objective.target, objective.block_size
     weights = slot_weights(size, objective.gamma)
     mask_id = objective.draft_config.mask_token_id
-    total, count = 0.0, 0
+    total, weight = 0.0, 0.0
     for row in range(batch.input_ids.shape[0]):
         length = int(batch.attention_mask[row].sum())
         ids = batch.input_ids[row : row + 1, :length]
@@ -42,8 +43,8 @@ def naive_loss(objective: DFlashObjective, draft, batch: Batch, prepared) -> tor
                 pos = a + k
                 if pos < length and batch.loss_mask[row, pos]:
                     total = total + weights[k] * F.cross_entropy(logits[k], ids[0, pos])
-                    count += 1
-    return total / count
+                    weight += float(weights[k])
+    return total / weight
 
 
 @pytest.mark.parametrize("num_anchors", [1, 6])
@@ -62,7 +63,8 @@ def test_loss_and_grads_equal_naive_reference(tiny_target, num_anchors):
     torch.testing.assert_close(loss, reference, atol=1e-5, rtol=1e-5)
     for name, p in draft.named_parameters():
         torch.testing.assert_close(grads[name], p.grad, atol=1e-5, rtol=1e-4, msg=name)
-    assert float(sums["targets"]) == prepared.num_targets
+    assert float(sums["weight"]) == pytest.approx(prepared.num_targets)
+    assert float(sums["targets"]) == int(prepared.label_mask.sum())
 
 
 def test_chunked_head_equals_full_logits(tiny_target):
@@ -259,5 +261,5 @@ def draft_flops_without_attention(objective, prepared) -> float:
     return draft_train_flops(objective.draft_config, objective.target_config.vocab_size,
                              context_tokens=float(prepared.batch.attention_mask.sum()),
                              block_tokens=blocks * objective.block_size, visible_keys=0.0,
-                             supervised_slots=float(prepared.num_targets))
+                             supervised_slots=float(prepared.label_mask.sum()))
 

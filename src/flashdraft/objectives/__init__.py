@@ -39,8 +39,8 @@ class Prepared(Protocol):
     """One micro-batch made ready for `loss` (anchors, labels, corrupted tokens...)."""
 
     @property
-    def num_targets(self) -> int:
-        """The loss normaliser's count in this micro-batch (supervised slots or tokens)."""
+    def num_targets(self) -> float:
+        """The loss normaliser's share of this micro-batch: its supervised tokens, or their weight sum."""
 
 
 class Objective(Protocol):

@@ -12,10 +12,10 @@ from flashdraft.train.distributed import Distributed
 def accumulate_gradients(objective: Objective, model: torch.nn.Module, prepared: list,
                          dist: Distributed) -> dict[str, torch.Tensor]:
     """Forward/backward over this rank's prepared micro-batches of one step; the metric sums (and the
-    useful FLOPs, key "flops") over all ranks. The loss is normalised by the global supervised count."""
+    useful FLOPs, key "flops") over all ranks. The loss is normalised by the global `num_targets`."""
     count = float(dist.sum(torch.tensor(float(sum(p.num_targets for p in prepared)))))
     # FSDP averages gradients over ranks; the loss is a global sum / count, so undo the average.
-    scale = dist.world / max(count, 1.0)
+    scale = dist.world / (count or 1.0)
     sums: dict[str, torch.Tensor] = {}
     flops = 0.0
     for p in prepared:
