@@ -4,8 +4,9 @@ to the caller's `on_metrics` callback; the run returns its summary (also written
 
 Order of work: cheap checks first (config, target config + tokenizer, the objective's plan, data
 tokenisation), then weights. Each optimizer step reads `grad_accum_steps` micro-batches per rank; the
-loss of every micro-step is divided by the number of supervised targets of the WHOLE step (all ranks,
-all micro-steps), so gradients do not depend on how the global batch is split.
+loss of every micro-step is divided by the objective's normaliser (`num_targets`: supervised tokens, or
+their weight sum) over the WHOLE step (all ranks, all micro-steps), so gradients do not depend on how the
+global batch is split.
 
 Fault injection for tests: `FLASHDRAFT_CRASH_AFTER_STEP=k` kills the process (os._exit) right after
 step k and its checkpoint, like a lost node.
