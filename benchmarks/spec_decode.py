@@ -61,6 +61,15 @@ SHAPES = {
         draft=dict(num_hidden_layers=5, intermediate_size=12288, mask_token_id=151669,
                    target_layer_ids=[1, 9, 17, 25, 33], block_size=16),
     ),
+    # SmolLM2-135M-Instruct's sizes (a llama; here Qwen3 layers, which add q/k norms), with the 4-layer
+    # draft of the smollm2_135m recipe: a launch-bound target, where host work per step shows.
+    "smollm2": dict(
+        target=dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                    num_attention_heads=9, num_key_value_heads=3, head_dim=64, max_position_embeddings=8192,
+                    rope_theta=1e5, rms_norm_eps=1e-5, tie_word_embeddings=True),
+        draft=dict(num_hidden_layers=4, intermediate_size=1536, mask_token_id=16,
+                   target_layer_ids=[1, 7, 14, 20, 27], block_size=16),
+    ),
     "tiny": dict(
         target=dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
                     num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=2048,
@@ -225,6 +234,7 @@ def float32_check(target, draft, prompt: torch.Tensor, new: int, max_len: int, c
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true", help="tiny shapes, float32, CPU: a quick smoke run")
+    parser.add_argument("--shape", choices=["qwen3-8b", "smollm2"], default="qwen3-8b", help="the model sizes")
     parser.add_argument("--prompts", type=int, default=3)
     parser.add_argument("--prompt-len", type=int, default=None, help="default 512 (tiny: 16)")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default 256 (tiny: 40)")
@@ -236,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="JSON results file")
     args = parser.parse_args(argv)
 
-    shape = "tiny" if args.tiny else "qwen3-8b"
+    shape = "tiny" if args.tiny else args.shape
     device = torch.device("cpu" if args.tiny or not torch.cuda.is_available() else "cuda")
     dtype = torch.float32 if args.tiny else torch.bfloat16
     prompt_len = args.prompt_len or (16 if args.tiny else 512)
