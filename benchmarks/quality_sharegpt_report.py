@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
+
+from flashdraft.files import atomic_path, write_text
 
 DRAFTS = ("flashdraft", "peer")
 MIN_ACCEPTED = (1, 2, 3, 4)
@@ -105,10 +106,9 @@ def plot_curves(folder: Path, path: Path) -> None:
     ax.legend()
     fig.suptitle("SmolLM2-135M drafts, same data and steps: ours vs SpecForge's objective")
     fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=120)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,9 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = json.loads((args.folder / "flashdraft_report.json").read_text())["settings"]
     text = markdown(benchmark_rows(args.folder), heldout_tau(args.folder), settings)
-    tmp = args.folder / "quality.md.tmp"
-    tmp.write_text(text)
-    os.replace(tmp, args.folder / "quality.md")
+    write_text(args.folder / "quality.md", text)
     plot_curves(args.folder, args.folder / "training_curves.png")
     print(text)
     return 0

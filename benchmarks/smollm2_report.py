@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
+
+from flashdraft.files import atomic_path, write_text
 
 GSM8K_TAU_RATIO = 2.0
 
@@ -125,10 +126,9 @@ def plot_training(rows: list[dict], path: Path) -> None:
         ax.legend()
     fig.suptitle("DFlash draft for SmolLM2-135M-Instruct")
     fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=120)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def fmt(value, spec: str = ".2f", suffix: str = "") -> str:
@@ -185,9 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                "main": {k: main_summary.get(k) for k in ("steps", "eval_loss", "eval_tau", "tokens_per_s")}}
     text = markdown(rows, check, main_summary)
     for name, content in (("quality.json", json.dumps(numbers, indent=1)), ("quality.md", text)):
-        tmp = args.out / f".{name}.tmp"
-        tmp.write_text(content)
-        os.replace(tmp, args.out / name)
+        write_text(args.out / name, content)
     sys.stdout.write(text)
     return 0
 
