@@ -15,7 +15,6 @@ import torch
 from torch import nn
 
 
-
 def compiles_by_default(device: torch.device, hybrid: bool) -> bool:
     """evaluate.compile unset: on CUDA devices, for attention-only targets (a hybrid's Mamba layers run
     their own kernels and roll their state back from recorded steps, which compiled code would hide)."""
