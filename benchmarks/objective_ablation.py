@@ -70,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=80)
     parser.add_argument("--jobs", type=int, default=2, help="runs side by side, one CPU thread each")
     args = parser.parse_args(argv)
+    if args.out.exists() and any(args.out.iterdir()):
+        raise SystemExit(f"error: {args.out} is not empty; give a new or empty folder for the runs")
     args.out.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(TESTS))
     from tiny_models import save_tiny_target

@@ -115,6 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", type=Path, help="the evidence folder of quality_sharegpt.sh collect")
     args = parser.parse_args(argv)
+    needed = [f"{name}_{part}" for name in DRAFTS
+              for part in ("report.json", "heldout_tau.json", "training_curve.jsonl")]
+    missing = [name for name in needed if not (args.folder / name).is_file()]
+    if missing:
+        raise SystemExit(f"error: {args.folder} lacks {', '.join(missing)}; give the folder that "
+                         "`quality_sharegpt.sh collect WORK OUT` wrote")
     settings = json.loads((args.folder / "flashdraft_report.json").read_text())["settings"]
     text = markdown(benchmark_rows(args.folder), heldout_tau(args.folder), settings)
     write_text(args.folder / "quality.md", text)
