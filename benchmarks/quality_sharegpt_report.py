@@ -14,7 +14,8 @@ import argparse
 import json
 from pathlib import Path
 
-from flashdraft.files import atomic_path, write_text
+from flashdraft.decoding.plots import save_figure
+from flashdraft.files import write_text
 
 DRAFTS = ("flashdraft", "peer")
 MIN_ACCEPTED = (1, 2, 3, 4)
@@ -106,9 +107,7 @@ def plot_curves(folder: Path, path: Path) -> None:
     ax.legend()
     fig.suptitle("SmolLM2-135M drafts, same data and steps: ours vs SpecForge's objective")
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

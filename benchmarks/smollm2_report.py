@@ -21,7 +21,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from flashdraft.files import atomic_path, write_text
+from flashdraft.decoding.plots import save_figure
+from flashdraft.files import write_text
 
 GSM8K_TAU_RATIO = 2.0
 
@@ -126,9 +127,7 @@ def plot_training(rows: list[dict], path: Path) -> None:
         ax.legend()
     fig.suptitle("DFlash draft for SmolLM2-135M-Instruct")
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def fmt(value, spec: str = ".2f", suffix: str = "") -> str:

@@ -33,7 +33,7 @@ def plot(report: dict, out_dir: Path, stem: str) -> list[Path]:
     ax.set_title("Acceptance length")
     ax.legend()
     fig.tight_layout()
-    written.append(_save(fig, out_dir / f"{stem}_acceptance_histogram.png"))
+    written.append(save_figure(fig, out_dir / f"{stem}_acceptance_histogram.png"))
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for name, spec in benches.items():
@@ -48,11 +48,12 @@ def plot(report: dict, out_dir: Path, stem: str) -> list[Path]:
     ax.set_title("Per-slot acceptance")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    written.append(_save(fig, out_dir / f"{stem}_slot_acceptance.png"))
+    written.append(save_figure(fig, out_dir / f"{stem}_slot_acceptance.png"))
     return written
 
 
-def _save(fig, path: Path) -> Path:
+def save_figure(fig, path: Path) -> Path:
+    """`fig` as a PNG at `path`, written atomically; the figure is closed."""
     import matplotlib.pyplot as plt
 
     with atomic_path(path) as tmp:
