@@ -14,7 +14,8 @@ static cache and its forward under `torch.compile(mode="reduce-overhead")`, one 
 both of our loops again with every decoder layer's forward compiled (`--compiled`, evaluate's default
 on GPUs; our CUDA graphs still replay the steps). Each step is set
 against its floor, the weight bytes it reads over the measured copy bandwidth
-(`flashdraft.decoding.memory_floor`). `--profile` adds the top kernels of an eager plain step.
+(`flashdraft.decoding.memory_floor`). `--profile` adds the top kernels of a plain step without CUDA
+graphs (eager, and compiled with `--compiled`); `--dtype float32` times float32 as evaluate runs it.
 
     # GPU (the setting): Qwen3-8B-shaped target, 5-layer draft, bf16
     python benchmarks/spec_decode.py --out spec_decode.json
@@ -44,6 +45,7 @@ from flashdraft.model import DFlashDraftConfig, DFlashDraftModel  # noqa: E402
 from flashdraft.decoding.cache_kwarg import cache_kwarg  # noqa: E402
 from flashdraft.decoding.compiled import CompiledLayers  # noqa: E402
 from flashdraft.decoding.decoding import generate  # noqa: E402
+from flashdraft.decoding.evaluate import ieee_float32_dots  # noqa: E402
 from flashdraft.decoding.graphs import StepGraphs  # noqa: E402
 from flashdraft.decoding.memory_floor import (  # noqa: E402
     copy_bandwidth, floor_ms, speculative_step_bytes, target_step_bytes,
@@ -240,7 +242,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default 256 (tiny: 40)")
     parser.add_argument("--no-cuda-graphs", action="store_true")
     parser.add_argument("--compiled", action="store_true", help="also time both loops with compiled decoder layers")
-    parser.add_argument("--profile", action="store_true", help="top kernels of an eager plain step (CUDA)")
+    parser.add_argument("--dtype", choices=["bfloat16", "float32"], default=None,
+                        help="of the timed runs; default bfloat16 (tiny: float32). float32 uses IEEE Triton dots, "
+                             "as evaluate does")
+    parser.add_argument("--profile", action="store_true",
+                        help="top kernels of a plain step without CUDA graphs, eager (and compiled with --compiled)")
     parser.add_argument("--no-zlab", action="store_true", help="skip the z-lab loops and the float32 check")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="JSON results file")
@@ -248,7 +254,9 @@ def main(argv: list[str] | None = None) -> int:
 
     shape = "tiny" if args.tiny else args.shape
     device = torch.device("cpu" if args.tiny or not torch.cuda.is_available() else "cuda")
-    dtype = torch.float32 if args.tiny else torch.bfloat16
+    dtype = getattr(torch, args.dtype or ("float32" if args.tiny else "bfloat16"))
+    if dtype == torch.float32:
+        ieee_float32_dots()
     prompt_len = args.prompt_len or (16 if args.tiny else 512)
     new = args.max_new_tokens or (40 if args.tiny else 256)
     target, draft = build(shape, dtype, device, args.seed)
@@ -276,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         methods["transformers static + compile"] = HFCompiledDecoder(target, max_len)
     with torch.inference_mode():
         runs = time_methods(methods, prompts, new, block)
-        profile = profile_plain_step(target, prompts[0], 32) if args.profile and device.type == "cuda" else None
+        profiling = args.profile and device.type == "cuda"
+        profile = {"eager": profile_plain_step(target, prompts[0], 32)} if profiling else {}
         if args.compiled:  # evaluate's GPU default for attention-only targets
             compiled = {"spec": StepGraphs.for_device(device, not args.no_cuda_graphs),
                         "plain": StepGraphs.for_device(device, not args.no_cuda_graphs)}
@@ -287,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
                     "flashdraft plain, compiled": lambda ids, n: run_ours(plain_runner, None, ids, n,
                                                                           compiled["plain"]),
                 }, prompts, new, block))
+                if profiling:
+                    profile["compiled"] = profile_plain_step(target, prompts[0], 32)
             graphs.update({f"{k}, compiled": g for k, g in compiled.items()})
 
     results = {name: summarise(r) for name, r in runs.items()}
@@ -331,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         "compiled_first_difference_from_eager": compiled_parted,
         "copy_bandwidth_gb_s": bandwidth / 1e9,
         "floor_ms_per_step": floors,
-        "profile_plain_eager": profile,
+        "profile_plain_step": profile,
         "float32": exact,
     }
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
@@ -345,8 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     if compiled_parted:
         print(f"compiled vs eager outputs part at {compiled_parted} (None: identical)")
     print(f"floors: weight bytes read a step / {bandwidth / 1e9:.0f} GB/s measured copy bandwidth")
-    if profile:
-        print(f"\nplain step, eager, under torch.profiler (32 tokens):\n{profile}")
+    for kind, table in profile.items():
+        print(f"\nplain step, {kind}, no CUDA graphs, under torch.profiler (32 tokens):\n{table}")
     if theirs:
         print(f"ours / z-lab (speculative): {ratio:.2f}x; {report['dtype']} outputs part from z-lab's at "
               f"{parted} (None: identical); float32: {exact}")

@@ -61,6 +61,16 @@ def resolve_device(device: str) -> torch.device:
     return resolved
 
 
+def ieee_float32_dots() -> None:
+    """Make Triton's float32 dots IEEE for this process (an explicit setting wins).
+
+    Lossless here means bit-exact greedy output. Triton's default float32 dot is TF32 (10-bit mantissa),
+    so in the Mamba-2 kernels a 16-token verify and a 1-token decode could differ at TF32's ~1e-3
+    precision and flip near-ties; IEEE float32 dots keep them within rounding.
+    """
+    os.environ.setdefault("TRITON_F32_DEFAULT", "ieee")
+
+
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -145,10 +155,7 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
     torch_device = resolve_device(evaluation.device)
     torch_dtype = resolve_dtype(evaluation.dtype, torch_device)
     if torch_dtype == torch.float32:
-        # Lossless here means bit-exact greedy output. Triton's default float32 dot is TF32 (10-bit
-        # mantissa), so in the Mamba-2 kernels a 16-token verify and a 1-token decode could differ at
-        # TF32's ~1e-3 precision and flip near-ties; IEEE float32 dots keep them within rounding.
-        os.environ.setdefault("TRITON_F32_DEFAULT", "ieee")
+        ieee_float32_dots()
     torch.manual_seed(seed)
 
     frozen = FrozenTarget.load(source, dtype=torch_dtype, device=torch_device, trust_remote_code=trust_remote_code)
