@@ -28,8 +28,9 @@ def tiny_target(tmp_path_factory):
     return make
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory):
-    """A real MLflow tracking + registry server (sqlite backend, proxied artifacts)."""
+    """A real MLflow tracking + registry server (sqlite backend, proxied artifacts), started once for the
+    session: each test keeps to experiment and model names of its own."""
     with running_mlflow_server(tmp_path_factory.mktemp("mlflow-server")) as url:
         yield url

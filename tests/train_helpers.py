@@ -1,8 +1,10 @@
-"""Helpers for the trainer tests: pattern data and running `flashdraft train` in a subprocess."""
+"""Helpers for the trainer tests: pattern data and running `flashdraft train` in a subprocess or in this one."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import random
 import subprocess
@@ -56,6 +58,37 @@ def run_cli(args: list[str], *, env: dict | None = None, torchrun: int = 0, cpu:
     return subprocess.run(
         [*launcher, "-m", "flashdraft.cli", *args], capture_output=True, text=True, env=full_env, timeout=timeout
     )
+
+
+@contextlib.contextmanager
+def as_in_a_cpu_subprocess():
+    """This process set up as `cpu_env` sets up a subprocess: no GPU and one thread (the same numerics)."""
+    from unittest import mock
+
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with mock.patch.object(torch.cuda, "is_available", return_value=False):
+            yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def run_cli_here(args: list[str], capfd, caplog) -> subprocess.CompletedProcess:
+    """`flashdraft ARGS` in this process, as `run_cli(..., cpu=True)` runs it, without an interpreter to start
+    and torch to import; for runs with no fault to inject. What it printed comes back as stdout, what it
+    printed to stderr and logged as stderr."""
+    from flashdraft import cli
+
+    caplog.set_level(logging.INFO)
+    capfd.readouterr()
+    caplog.clear()
+    with as_in_a_cpu_subprocess():
+        code = cli.main(args)
+    printed, err = capfd.readouterr()
+    return subprocess.CompletedProcess(args, code, printed, err + caplog.text)
 
 
 def read_metrics(output: Path) -> list[dict]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from train_helpers import alphabet_chats, cpu_env, run_cli, tiny_train_args
+from train_helpers import alphabet_chats, cpu_env, run_cli_here, tiny_train_args
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "heldout_tau.py"
 
@@ -19,13 +19,14 @@ def _score(*args: str) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
-def test_export_scores_as_the_trainers_final_eval(tiny_target, tmp_path):
+def test_export_scores_as_the_trainers_final_eval(tiny_target, tmp_path, capfd, caplog):
     target = tiny_target("qwen3")
     train = alphabet_chats(tmp_path / "train.jsonl", rows=16)
     held = alphabet_chats(tmp_path / "held.jsonl", rows=5, seed=1)
     run = tmp_path / "run"
     settings = {"train.max_steps": 6, "train.micro_batch_size": 2, "train.lr": 3e-3}
-    done = run_cli(["train", *tiny_train_args(target, train, run, **settings, **{"data.eval": str(held)})], cpu=True)
+    done = run_cli_here(["train", *tiny_train_args(target, train, run, **settings, **{"data.eval": str(held)})],
+                        capfd, caplog)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((run / "summary.json").read_text())
 

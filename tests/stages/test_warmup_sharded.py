@@ -13,24 +13,33 @@ import time
 import pytest
 import torch
 
+from flashdraft import cli
 from flashdraft.data import regenerate as regen
 from flashdraft.data.generation import ContinuousGenerator, StaticGenerator
 from flashdraft.data.sampling import Sampling
-from train_helpers import cpu_env
+from train_helpers import as_in_a_cpu_subprocess, cpu_env
 
 
 def _prompts(path, n: int) -> str:
-    path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"question number {i} " * (1 + i % 4)}]})
-                            + "\n" for i in range(n)))
+    rows = ({"messages": [{"role": "user", "content": f"question number {i} " * (1 + i % 4)}]} for i in range(n))
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return str(path)
 
 
-def warmup_command(target, prompts, output, nproc: int = 0) -> list[str]:
-    launcher = [sys.executable]
-    if nproc:
-        launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
-    return [*launcher, "-m", "flashdraft.cli", "warmup", "--target", str(target), "--prompts", prompts, "--output",
-            str(output), "--max-new-tokens", "20", "--batch-size", "2", "--backend", "static", "--seed", "5"]
+def warmup_args(target, prompts, output) -> list[str]:
+    return ["warmup", "--target", str(target), "--prompts", prompts, "--output", str(output), "--max-new-tokens", "20",
+            "--batch-size", "2", "--backend", "static", "--seed", "5"]
+
+
+def warmup_command(target, prompts, output, nproc: int) -> list[str]:
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    return [*launcher, "-m", "flashdraft.cli", *warmup_args(target, prompts, output)]
+
+
+def warmup_here(target, prompts, output) -> None:
+    """The one-process warmup, in this process: no interpreter to start."""
+    with as_in_a_cpu_subprocess():
+        assert cli.main(warmup_args(target, prompts, output)) == 0
 
 
 def kill_tree(pid: int) -> None:
@@ -67,22 +76,34 @@ def test_continuous_batching_answers_like_static_batches(tiny_target):
     assert [len(c.token_ids) <= limit for c, limit in zip(static, limits)] == [True] * 4
 
 
-@pytest.mark.slow
-@pytest.mark.distributed
-def test_two_ranks_write_the_one_process_dataset(tiny_target, tmp_path):
-    target, prompts = tiny_target("qwen3"), _prompts(tmp_path / "p.jsonl", 14)
-    run(warmup_command(target, prompts, tmp_path / "one"))
-    run(warmup_command(target, prompts, tmp_path / "two", nproc=2))
-    one, two = (tmp_path / "one" / "train.jsonl").read_bytes(), (tmp_path / "two" / "train.jsonl").read_bytes()
-    assert one == two and len(one.splitlines()) == 14
-    stats = json.loads((tmp_path / "two" / "stats.json").read_text())
-    assert stats["run"]["ranks"] == 2 and stats["samples"] == 14
+PROMPTS = 24
+
+
+@pytest.fixture(scope="module")
+def straight(tiny_target, tmp_path_factory):
+    """The prompts warmed up straight through by one process and by 2 ranks: the reference datasets of
+    both tests below (read only)."""
+    root = tmp_path_factory.mktemp("warmup-sharded")
+    target, prompts = tiny_target("qwen3"), _prompts(root / "p.jsonl", PROMPTS)
+    warmup_here(target, prompts, root / "one")
+    run(warmup_command(target, prompts, root / "two", nproc=2))
+    return target, prompts, root / "one", root / "two"
 
 
 @pytest.mark.slow
 @pytest.mark.distributed
-def test_a_sharded_run_killed_mid_shard_resumes_to_the_same_bytes(tiny_target, tmp_path):
-    target, prompts = tiny_target("qwen3"), _prompts(tmp_path / "p.jsonl", 24)
+def test_two_ranks_write_the_one_process_dataset(straight):
+    _, _, one_dir, two_dir = straight
+    one, two = (one_dir / "train.jsonl").read_bytes(), (two_dir / "train.jsonl").read_bytes()
+    assert one == two and len(one.splitlines()) == PROMPTS
+    stats = json.loads((two_dir / "stats.json").read_text())
+    assert stats["run"]["ranks"] == 2 and stats["samples"] == PROMPTS
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_a_sharded_run_killed_mid_shard_resumes_to_the_same_bytes(straight, tmp_path):
+    target, prompts, _, two_dir = straight
     out = tmp_path / "killed"
     proc = subprocess.Popen(warmup_command(target, prompts, out, nproc=2), env=cpu_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -98,8 +119,7 @@ def test_a_sharded_run_killed_mid_shard_resumes_to_the_same_bytes(tiny_target, t
     proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()[-2000:]
     assert not (out / "train.jsonl").exists()
-    run(warmup_command(target, prompts, out))  # resumed by one process, which takes over both shards
-    run(warmup_command(target, prompts, tmp_path / "straight", nproc=2))
-    assert (out / "train.jsonl").read_bytes() == (tmp_path / "straight" / "train.jsonl").read_bytes()
+    warmup_here(target, prompts, out)  # resumed by one process, which takes over both shards
+    assert (out / "train.jsonl").read_bytes() == (two_dir / "train.jsonl").read_bytes()
     resumed = json.loads((out / "stats.json").read_text())["run"]["resumed_samples"]
-    assert 0 < resumed < 24
+    assert 0 < resumed < PROMPTS

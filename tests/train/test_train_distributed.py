@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from train_helpers import alphabet_chats, cpu_env, tiny_train_args
+from train_helpers import alphabet_chats, as_in_a_cpu_subprocess, cpu_env, tiny_train_args
 
 
 def probe(jobs: list[tuple[str, list[str]]]) -> None:
@@ -42,14 +42,17 @@ def probe(jobs: list[tuple[str, list[str]]]) -> None:
 
 
 def run_probes(tmp_path: Path, jobs: dict[str, list[str]], nproc: int = 0) -> list[dict]:
+    """The probe under torchrun with `nproc` ranks; without, in this process (no interpreter to start)."""
     outs = {name: str(tmp_path / f"{name}.pt") for name in jobs}
-    launcher = [sys.executable]
+    spec = [[outs[name], overrides] for name, overrides in jobs.items()]
     if nproc:
-        launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
-    env = cpu_env()
-    spec = json.dumps([[outs[name], overrides] for name, overrides in jobs.items()])
-    done = subprocess.run([*launcher, __file__, spec], capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+        done = subprocess.run([*launcher, __file__, json.dumps(spec)], capture_output=True, text=True, env=cpu_env(),
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+    else:
+        with as_in_a_cpu_subprocess():
+            probe(spec)
     return [torch.load(outs[name]) for name in jobs]
 
 

@@ -7,19 +7,19 @@ import json
 
 import pytest
 
-from train_helpers import alphabet_chats, read_metrics, run_cli, tiny_train_args
+from train_helpers import alphabet_chats, read_metrics, run_cli_here, tiny_train_args
 
 
 @pytest.mark.slow
-def test_expected_tau_climbs(tiny_target, tmp_path):
+def test_expected_tau_climbs(tiny_target, tmp_path, capfd, caplog):
     data = alphabet_chats(tmp_path / "chats.jsonl", rows=200)
     out = tmp_path / "run"
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    done = run_cli(["train", *tiny_train_args(tiny_target("qwen3"), data, out, **{
+    done = run_cli_here(["train", *tiny_train_args(tiny_target("qwen3"), data, out, **{
         "tracking.uri": store, "tracking.experiment": "learn",
         "draft.block_size": 8, "objective.num_anchors": 8, "train.micro_batch_size": 4, "train.lr": "3e-3",
         "train.epochs": 100, "train.max_steps": 200, "train.log_every": 20, "data.eval_samples": 16,
-        "train.checkpoint_every": 1000})], cpu=True)
+        "train.checkpoint_every": 1000})], capfd, caplog)
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = read_metrics(out)
     assert metrics[0]["tau"] < 1.5  # a fresh draft guesses nothing

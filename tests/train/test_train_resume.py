@@ -9,13 +9,13 @@ import torch
 from safetensors.torch import load_file
 
 from flashdraft.model import DFlashDraftModel
-from train_helpers import alphabet_chats, read_metrics, run_cli, tiny_train_args
+from train_helpers import alphabet_chats, read_metrics, run_cli, run_cli_here, tiny_train_args
 
 DETERMINISTIC = ("loss", "tau", "accuracy", "grad_norm", "lr", "eval_loss", "eval_tau")
 
 
 @pytest.mark.slow
-def test_killed_and_resumed_equals_uninterrupted(tiny_target, tmp_path):
+def test_killed_and_resumed_equals_uninterrupted(tiny_target, tmp_path, capfd, caplog):
     target = tiny_target("qwen3")
     data = alphabet_chats(tmp_path / "chats.jsonl", rows=28)
     common = dict(
@@ -23,7 +23,8 @@ def test_killed_and_resumed_equals_uninterrupted(tiny_target, tmp_path):
         **{"train.micro_batch_size": 2, "train.grad_accum_steps": 2, "data.eval_samples": 4, "train.eval_every": 3},
     )
     whole, broken = tmp_path / "whole", tmp_path / "broken"
-    done = run_cli(["train", *tiny_train_args(target, data, whole, **common)], cpu=True)
+    # Only the crash needs a process of its own; the other runs are in this one.
+    done = run_cli_here(["train", *tiny_train_args(target, data, whole, **common)], capfd, caplog)
     assert done.returncode == 0, done.stderr[-3000:]
 
     # An earlier run without checkpoints left a log in the folder: the fresh run must not append to it.
@@ -34,7 +35,7 @@ def test_killed_and_resumed_equals_uninterrupted(tiny_target, tmp_path):
     assert crashed.returncode == 17, crashed.stderr[-3000:]
     assert sorted(p.name for p in (broken / "checkpoints").iterdir()) == ["step-2"]  # step 3 was lost
     assert not (broken / "export").exists()
-    resumed = run_cli(["train", *tiny_train_args(target, data, broken, **common)], cpu=True)
+    resumed = run_cli_here(["train", *tiny_train_args(target, data, broken, **common)], capfd, caplog)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in resumed.stderr
 
