@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="of the timed runs; default bfloat16 (tiny: float32). float32 uses IEEE Triton dots, "
                              "as evaluate does")
     parser.add_argument("--profile", action="store_true",
-                        help="top kernels of a plain step without CUDA graphs, eager (and compiled with --compiled)")
+                        help="top kernels of a plain step without CUDA graphs, eager (and compiled with --compiled); CUDA")
     parser.add_argument("--no-zlab", action="store_true", help="skip the z-lab loops and the float32 check")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="JSON results file")
