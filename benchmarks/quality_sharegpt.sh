@@ -13,16 +13,16 @@
 #   benchmarks/quality_sharegpt.sh collect WORK OUT              # the evidence folder
 #   benchmarks/quality_sharegpt.sh all GGUF DATA WORK OUT        # everything in order
 #
-# Seeds are fixed (data.seed, train.seed, warmup.seed, evaluate.seed = 0). Phases are separate so each
-# fits a machine window; WORK keeps the state between them. On one H200: warmup ~7 minutes, train 3 minutes
-# at 400 steps (7 at 1,200), evaluate ~9 minutes a draft in float32 (RESULTS.md section 8, run 2). Needs,
-# besides flashdraft: specforge==0.2.0 and dflash==0.1.0 (pip install --no-deps). Environment: STEPS
-# (optimizer steps of each draft, default 400), MAX_LENGTH (training length = the answers' limit, default 1024), SHARD_BATCH (prompts a generate
-# call, default 128: 8 processes at 256 ran out of the H200's memory on long ShareGPT prompts),
-# EVAL_NEW_TOKENS (decoded tokens a prompt, default 256; the second-turn benchmark's context answers get
-# twice that), DEVICE (evaluation: cuda; cpu for a smoke run), ATTENTION (flex; sdpa on a CPU),
-# TRAIN_ARGS (extra key=value settings of both trainings, e.g. for a small smoke run:
-# "data.eval_samples=2 train.micro_batch_size=2").
+# Seeds are fixed (data.seed, train.seed, warmup.seed, evaluate.seed = 0). Phases are separate so each fits a
+# machine window; WORK keeps the state between them. On one H200: warmup ~7 minutes, train 3 minutes at 400
+# steps (7 at 1,200), evaluate ~9 minutes a draft in float32 (RESULTS.md section 8, run 2). Needs, besides
+# flashdraft: specforge==0.2.0 and dflash==0.1.0 (pip install --no-deps). Environment: STEPS (optimizer steps
+# of each draft, default 400), MAX_LENGTH (training length = the answers' limit, default 1024), SHARD_BATCH
+# (prompts a generate call, default 128: 8 processes at 256 ran out of the H200's memory on long ShareGPT
+# prompts), EVAL_NEW_TOKENS (decoded tokens a prompt, default 256; the second-turn benchmark's context answers
+# get twice that), DEVICE (evaluation: cuda; cpu for a smoke run), ATTENTION (flex; sdpa on a CPU), TRAIN_ARGS
+# (extra key=value settings of both trainings, e.g. for a small smoke run: "data.eval_samples=2
+# train.micro_batch_size=2").
 set -euo pipefail
 phase=${1:-}
 here=$(cd "$(dirname "$0")" && pwd)
