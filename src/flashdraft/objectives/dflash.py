@@ -92,7 +92,10 @@ class DFlashPrepared:
         """The supervised slots' weight sum: the loss is a weighted mean, as the peer's, so that gradient
         clipping at 1.0 acts on its scale (a count of slots made our gradients ~2.3x smaller at block 16
         and left the clipping all but idle: RESULTS.md section 8)."""
-        return float((self.label_mask * self.slot_weights).sum())
+        return float(self.weight_sum())
+
+    def weight_sum(self) -> torch.Tensor:
+        return (self.label_mask * self.slot_weights).sum()
 
 
 class DFlashObjective:
@@ -252,14 +255,13 @@ class DFlashObjective:
 
     def _counts(self, loss_sum, correct, prepared, batch) -> dict[str, torch.Tensor]:
         valid = prepared.label_mask[..., 1:][prepared.block_valid].float()  # [blocks, B-1]
-        weight = (prepared.label_mask * prepared.slot_weights).sum()
         right = correct[..., 1:][prepared.block_valid].float()
         streak = torch.cumprod(right, dim=1)  # slots 1..k all right (and supervised)
         before = torch.cat([torch.ones_like(streak[:, :1]), streak[:, :-1]], dim=1)
         return {
             "loss_sum": loss_sum.detach().float(),
             "targets": valid.sum(),
-            "weight": weight.float(),
+            "weight": prepared.weight_sum().float(),
             "tokens": batch.attention_mask.sum().float(),
             "valid": valid.sum(0),
             "correct": right.sum(0),
