@@ -15,7 +15,8 @@ both of our loops again with every decoder layer's forward compiled (`--compiled
 on GPUs; our CUDA graphs still replay the steps). Each step is set
 against its floor, the weight bytes it reads over the measured copy bandwidth
 (`flashdraft.decoding.memory_floor`). `--profile` adds the top kernels of a plain step without CUDA
-graphs (eager, and compiled with `--compiled`); `--dtype float32` times float32 as evaluate runs it.
+graphs (eager, and compiled with `--compiled`); `--dtype float32` times float32 as evaluate runs it
+(IEEE Triton dots, eager attention on a GPU; `--attention sdpa` for the other).
 
     # GPU (the issue's setting): Qwen3-8B-shaped target, 5-layer draft, bf16
     python benchmarks/spec_decode.py --out spec_decode.json
@@ -45,7 +46,7 @@ from flashdraft.model import DFlashDraftConfig, DFlashDraftModel  # noqa: E402
 from flashdraft.decoding.cache_kwarg import cache_kwarg  # noqa: E402
 from flashdraft.decoding.compiled import CompiledLayers  # noqa: E402
 from flashdraft.decoding.decoding import generate  # noqa: E402
-from flashdraft.decoding.evaluate import ieee_float32_dots  # noqa: E402
+from flashdraft.decoding.evaluate import ieee_float32_dots, target_attention  # noqa: E402
 from flashdraft.decoding.graphs import StepGraphs  # noqa: E402
 from flashdraft.decoding.memory_floor import (  # noqa: E402
     copy_bandwidth, floor_ms, speculative_step_bytes, target_step_bytes,
@@ -82,13 +83,13 @@ SHAPES = {
 }
 
 
-def build(shape: str, dtype: torch.dtype, device: torch.device, seed: int):
+def build(shape: str, dtype: torch.dtype, device: torch.device, seed: int, attention: str):
     spec = SHAPES[shape]
     torch.manual_seed(seed)
     target_config = Qwen3Config(**spec["target"])
     # Initialised on the device: random init of an 8B model on the CPU takes minutes.
     with torch.device(device):
-        target = AutoModelForCausalLM.from_config(target_config, dtype=dtype, attn_implementation="sdpa")
+        target = AutoModelForCausalLM.from_config(target_config, dtype=dtype, attn_implementation=attention)
     target = target.eval().requires_grad_(False)
     t, d = spec["target"], spec["draft"]
     draft_config = DFlashDraftConfig(
@@ -186,11 +187,11 @@ class HFCompiledDecoder:
                 "steps": new - 1}
 
 
-def profile_plain_step(target, ids, new: int, rows: int = 25) -> str:
-    """Our plain loop without CUDA graphs under torch.profiler: where a step's device time goes."""
+def profile_plain_step(runner: TargetRunner, ids, new: int, rows: int = 25) -> str:
+    """Our plain loop without CUDA graphs under torch.profiler: where a step's device time goes. The
+    timed runs' runner: a cache of another size would compile every layer again."""
     from torch.profiler import ProfilerActivity, profile
 
-    runner = TargetRunner(target, [], ids.shape[1] + new + 2)
     graphs = StepGraphs(enabled=False)
     run_ours(runner, None, ids, new, graphs)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
@@ -247,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
                              "as evaluate does")
     parser.add_argument("--profile", action="store_true",
                         help="top kernels of a plain step without CUDA graphs, eager (and compiled with --compiled); CUDA")
+    parser.add_argument("--attention", choices=["sdpa", "eager"], default=None,
+                        help="the target's attention; default as evaluate picks it (eager for float32 on a GPU)")
     parser.add_argument("--no-zlab", action="store_true", help="skip the z-lab loops and the float32 check")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="JSON results file")
@@ -259,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         ieee_float32_dots()
     prompt_len = args.prompt_len or (16 if args.tiny else 512)
     new = args.max_new_tokens or (40 if args.tiny else 256)
-    target, draft = build(shape, dtype, device, args.seed)
+    attention = args.attention or target_attention(dtype, device)
+    target, draft = build(shape, dtype, device, args.seed, attention)
     ref = None if args.no_zlab else zlab_draft(draft)
     block = draft.block_size
     gen = torch.Generator().manual_seed(args.seed)
@@ -285,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     with torch.inference_mode():
         runs = time_methods(methods, prompts, new, block)
         profiling = args.profile and device.type == "cuda"
-        profile = {"eager": profile_plain_step(target, prompts[0], 32)} if profiling else {}
+        profile = {"eager": profile_plain_step(plain_runner, prompts[0], 32)} if profiling else {}
         if args.compiled:  # evaluate's GPU default for attention-only targets
             compiled = {"spec": StepGraphs.for_device(device, not args.no_cuda_graphs),
                         "plain": StepGraphs.for_device(device, not args.no_cuda_graphs)}
@@ -297,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                           compiled["plain"]),
                 }, prompts, new, block))
                 if profiling:
-                    profile["compiled"] = profile_plain_step(target, prompts[0], 32)
+                    profile["compiled"] = profile_plain_step(plain_runner, prompts[0], 32)
             graphs.update({f"{k}, compiled": g for k, g in compiled.items()})
 
     results = {name: summarise(r) for name, r in runs.items()}
@@ -327,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         exact = float32_check(target, draft, prompts[0], min(new, 128), max_len, not args.no_cuda_graphs)
     report = {
         "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
-        "shape": shape, "dtype": str(dtype).removeprefix("torch."), "block_size": block,
+        "shape": shape, "dtype": str(dtype).removeprefix("torch."), "attention": attention, "block_size": block,
         "prompts": args.prompts, "prompt_len": prompt_len, "max_new_tokens": new,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,

@@ -18,13 +18,21 @@ from flashdraft.decoding.target_runner import TargetRunner
 from flashdraft.target.frozen import decoder_layers
 
 
-def test_compiled_layers_decode_token_for_token_like_eager():
+def recompile_limit_hits() -> int:
+    return sum(n for reason, n in counters["unimplemented"].items() if "recompile limit" in reason)
+
+
+def test_compiled_layers_decode_token_for_token_like_eager(monkeypatch):
     """float32 on the CPU (inductor): plain and speculative greedy outputs of the compiled target and
     draft equal transformers' eager greedy output; a noisy oracle makes the verify accept partial blocks,
     so the compiled verify and its cache rollback are exercised, not just whole-block accepts. Only the
     fixed-length steps compile: a prompt of another length (its prefill, the draft's first context)
-    decodes with no new compile, which evaluate's timed loops would otherwise pay."""
+    decodes with no new compile, which evaluate's timed loops would otherwise pay. Every layer runs its
+    compiled code even where dynamo's recompile limit starts below one graph per (layer, step length):
+    past the limit dynamo would run the remaining layers eagerly without a word."""
     torch.set_num_threads(1)
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    hits = recompile_limit_hits()
     target = make_target("qwen3")
     block = 5
     ids = prompt()
@@ -48,6 +56,7 @@ def test_compiled_layers_decode_token_for_token_like_eager():
         assert generate(plain_runner, longer, max_new_tokens=NEW).tokens == reference_longer
         assert generate(spec_runner, longer, proposer=proposer, max_new_tokens=NEW).tokens == reference_longer
         assert counters["stats"]["unique_graphs"] == graphs
+    assert recompile_limit_hits() == hits
     # Outside, the eager forwards are back (transformers' generate feeds every length).
     assert not any("forward" in vars(layer) for layer in [*target.model.layers, *draft.layers])
     assert hf_greedy(target, ids, NEW) == reference[:NEW]

@@ -62,6 +62,7 @@ def test_cli_writes_a_lossless_report_with_plots(tiny_target, drafts, prompts_fi
     assert report["settings"]["block_size"] == 4 and report["settings"]["temperature"] == 0.0
     assert report["settings"]["hybrid_target"] == (model_type == "nemotron_h")
     assert report["settings"]["compiled"] is False  # the default compiles on GPUs only
+    assert report["settings"]["target_attention"] == "sdpa"  # eager only for float32 on a GPU
     for name in ("gsm8k", "mine"):
         result = report["benchmarks"][name]
         spec = result["speculative"]
