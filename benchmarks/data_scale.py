@@ -1,5 +1,5 @@
 """Data at scale: `flashdraft prepare-data` as the number of rows grows (CPU), and regeneration throughput
-of static vs continuous batching (GPU).
+of the warmup's generation backends (GPU).
 
     python benchmarks/data_scale.py cpu --rows 20000 200000 2000000 --out benchmarks/results/data_scale
     python benchmarks/data_scale.py prompts      # here: ShareGPT first turns -> SmolLM2 token ids (JSON)
@@ -14,9 +14,10 @@ over the process tree) every 0.1 s. The goal: peak memory flat in the number of 
 of 20K rows) and time linear in it. Results: <out>/cpu.json and <out>/cpu.md.
 
 gpu: the warmup's own generation backends (`flashdraft.data.generation`) on the same prompts and model,
-timed side by side: static batches (prompts sorted by length, as the warmup batches them) at two batch
-sizes, and continuous batching with every prompt queued at once. Completion tokens per second, mean
-answer length, truncated fraction. `smollm2`: SmolLM2-135M-Instruct (bf16) answering ShareGPT first turns
+timed side by side (`--backends`): static batches (prompts sorted by length, as the warmup batches them)
+with transformers' `generate` and with the graphed backend (one static cache a batch, CUDA-graph decode
+steps) at the `--static-batch` sizes, and continuous batching with every prompt queued at once.
+Completion tokens per second, mean answer length, truncated fraction. `smollm2`: SmolLM2-135M-Instruct (bf16) answering ShareGPT first turns
 at T=0.8 up to 1024 new tokens, plus a greedy fp32 check that continuous batching answers token for token
 like one-prompt static generation. `qwen3-8b-shape`: a random-weight bf16 model of Qwen3-8B's shape with
 300 seeded stop ids (answers end at random, lengths spread like real ones) at T=1. The prompts file is
@@ -230,17 +231,22 @@ def timed_generation(generator, prompts: list[list[int]], sampling, limit: int, 
                                             for i in range(len(prompts))) / len(prompts), 4)}
 
 
-def throughput(model, prompts, stops, pad, sampling, limit, static_batches, out: dict, save) -> dict:
+def throughput(model, prompts, stops, pad, sampling, limit, static_batches, backends, out: dict, save) -> dict:
     """Fills `out` run by run, calling `save()` after each (a run cut short keeps what was measured)."""
-    from flashdraft.data.generation import ContinuousGenerator, StaticGenerator
+    from flashdraft.data.generation import ContinuousGenerator, GraphedGenerator, StaticGenerator
 
     warm = [p[:64] for p in prompts[:8]]
-    for batch in static_batches:
-        generator = StaticGenerator(model, stops, pad)
-        generator.generate(warm, sampling, [8] * len(warm), [0])  # CUDA and kernel warm-up, untimed
-        out[f"static_batch_{batch}"] = timed_generation(generator, prompts, sampling, limit, batch)
-        print(f"static batch {batch}: {json.dumps(out[f'static_batch_{batch}'])}", flush=True)
-        save()
+    batched = {"static": StaticGenerator, "graphed": GraphedGenerator}
+    for backend in [b for b in backends if b in batched]:
+        for batch in static_batches:
+            generator = batched[backend](model, stops, pad)
+            generator.generate(warm, sampling, [8] * len(warm), [0])  # CUDA and kernel warm-up, untimed
+            name = f"{backend}_batch_{batch}"
+            out[name] = timed_generation(generator, prompts, sampling, limit, batch)
+            print(f"{name}: {json.dumps(out[name])}", flush=True)
+            save()
+    if "continuous" not in backends:
+        return out
     generator = ContinuousGenerator(model, stops, pad)
     try:
         generator.generate(warm, sampling, [8] * len(warm), [0])  # builds the paged cache (and graphs), untimed
@@ -273,7 +279,8 @@ def greedy_agreement(model, prompts, stops, pad, limit: int) -> dict:
             "equal": len(prompts) - len(divergences), "first_divergence_positions": divergences}
 
 
-def run_gpu(model_name: str, target: str | None, out: Path, count: int, limit: int, static_batches: list[int]) -> dict:
+def run_gpu(model_name: str, target: str | None, out: Path, count: int, limit: int, static_batches: list[int],
+            backends: list[str]) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, Qwen3Config
 
@@ -297,7 +304,7 @@ def run_gpu(model_name: str, target: str | None, out: Path, count: int, limit: i
         folder = materialise(target or "packaged:smollm2").path
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16).cuda().eval()
         stops, pad, sampling = data["stop_ids"], data["pad_id"], Sampling(temperature=0.8)
-        throughput(model, prompts, stops, pad, sampling, limit, static_batches, report["throughput"], save)
+        throughput(model, prompts, stops, pad, sampling, limit, static_batches, backends, report["throughput"], save)
         del model
         torch.cuda.empty_cache()
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).cuda().eval()
@@ -313,8 +320,8 @@ def run_gpu(model_name: str, target: str | None, out: Path, count: int, limit: i
         stops = torch.randperm(config.vocab_size, generator=generator)[:300].tolist()
         report["parameters_b"] = round(sum(p.numel() for p in model.parameters()) / 1e9, 2)
         print(f"model built: {report['parameters_b']}B parameters", flush=True)
-        throughput(model, prompts, stops, 0, Sampling(temperature=1.0), limit, static_batches, report["throughput"],
-                   save)
+        throughput(model, prompts, stops, 0, Sampling(temperature=1.0), limit, static_batches, backends,
+                   report["throughput"], save)
     return report
 
 
@@ -360,12 +367,14 @@ def main() -> None:
     prompts = sub.add_parser("prompts", help="ShareGPT first turns as SmolLM2 token ids (for the gpu mode)")
     prompts.add_argument("--count", type=int, default=256)
     prompts.add_argument("--max-prompt-tokens", type=int, default=1024)
-    gpu = sub.add_parser("gpu", help="static vs continuous batching throughput on one GPU")
+    gpu = sub.add_parser("gpu", help="the generation backends' throughput on one GPU")
     gpu.add_argument("--model", choices=("smollm2", "qwen3-8b-shape"), required=True)
     gpu.add_argument("--target", help="smollm2: the GGUF file or HF folder (default packaged:smollm2)")
     gpu.add_argument("--count", type=int, default=256, help="prompts")
     gpu.add_argument("--max-new-tokens", type=int, default=1024)
     gpu.add_argument("--static-batch", type=int, nargs="+", default=[32])
+    gpu.add_argument("--backends", nargs="+", choices=("static", "graphed", "continuous"),
+                     default=["static", "graphed", "continuous"])
     report = sub.add_parser("report", help="gpu_*.json -> gpu.md with the hours for 1M prompts on 8 GPUs")
     for sub_parser in (gpu, report):
         sub_parser.add_argument("--out", type=Path, default=Path("benchmarks/results/data_scale"))
@@ -375,7 +384,7 @@ def main() -> None:
     elif args.mode == "prompts":
         make_prompts(PROMPTS, args.count, args.max_prompt_tokens)
     elif args.mode == "gpu":
-        run_gpu(args.model, args.target, args.out, args.count, args.max_new_tokens, args.static_batch)
+        run_gpu(args.model, args.target, args.out, args.count, args.max_new_tokens, args.static_batch, args.backends)
     else:
         write_gpu_report(args.out)
 

@@ -47,7 +47,7 @@ from flashdraft.decoding.cache_kwarg import cache_kwarg  # noqa: E402
 from flashdraft.decoding.compiled import CompiledLayers  # noqa: E402
 from flashdraft.decoding.decoding import generate  # noqa: E402
 from flashdraft.decoding.evaluate import ieee_float32_dots, target_attention  # noqa: E402
-from flashdraft.decoding.graphs import StepGraphs  # noqa: E402
+from flashdraft.target.step_graphs import StepGraphs  # noqa: E402
 from flashdraft.decoding.memory_floor import (  # noqa: E402
     copy_bandwidth, floor_ms, speculative_step_bytes, target_step_bytes,
 )

@@ -134,6 +134,10 @@ class DataConfig:
         _one_of(self.format, "data.format", ("auto", "messages", "sharegpt", "alpaca", "prompt"))
 
 
+# The warmup's generation backends (flashdraft.data.generation).
+WARMUP_BACKENDS = ("auto", "static", "graphed", "continuous", "vllm")
+
+
 @dataclass(kw_only=True)
 class WarmupConfig:
     """Regeneration of the training answers by the target (`flashdraft warmup`)."""
@@ -151,9 +155,10 @@ class WarmupConfig:
     top_p: float | None = None
     top_k: int | None = None
     thinking: bool | None = None  # the chat template's enable_thinking switch; None: its default
-    batch_size: int | None = None  # prompts per generate call (None: static 8 on a CPU, 64 on a GPU; 512 others)
-    # auto | static | continuous | vllm (flashdraft.data.generation): auto takes vLLM where installed on a
-    # GPU, else transformers' continuous batching on a GPU for targets it serves, else static batches.
+    # Prompts per generate call; None: static 8 on a CPU and 64 on a GPU, graphed 64, continuous and vllm 512.
+    batch_size: int | None = None
+    # WARMUP_BACKENDS (flashdraft.data.generation): auto takes vLLM where installed on a GPU, else
+    # transformers' continuous batching on a GPU for targets it serves, else static batches.
     backend: str = "auto"
     turns: str = "first"  # first: answer each conversation's first user turn | all: every user turn, in order
     seed: int = 0
@@ -167,7 +172,7 @@ class WarmupConfig:
         if self.backend == "transformers":
             raise UserError("warmup.backend transformers was split in two: static (padded batches) and continuous "
                             "(transformers' continuous batching); use one of those, or auto")
-        _one_of(self.backend, "warmup.backend", ("auto", "static", "continuous", "vllm"))
+        _one_of(self.backend, "warmup.backend", WARMUP_BACKENDS)
         _one_of(self.turns, "warmup.turns", ("first", "all"))
         _one_of(self.format, "warmup.format", ("jsonl", "parquet"))
         _check(bool(self.prompts), "warmup.prompts", "at least one dataset spec", self.prompts)

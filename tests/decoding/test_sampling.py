@@ -9,10 +9,10 @@ import torch
 from decoding_helpers import make_draft
 from tiny_models import tiny_config
 
-from flashdraft.data.sampling import Sampling
+from flashdraft.data.sampling import Sampling, sample, sampling_probs
 from flashdraft.decoding.decoding import generate
 from flashdraft.decoding.proposers import DraftProposer
-from flashdraft.decoding.sampling import accept_sampled, sample, sampling_probs
+from flashdraft.decoding.sampling import accept_sampled
 from flashdraft.decoding.target_runner import TargetRunner
 from flashdraft.errors import UserError
 

@@ -174,7 +174,7 @@ def test_bad_prompt_files(tiny_target, tmp_path, capsys, content, needle):
 
 def test_bad_options_leave_nothing(tiny_target, tmp_path, capsys):
     target, prompts, out = str(tiny_target("llama")), _prompts(tmp_path / "p.jsonl", 2), tmp_path / "out"
-    with pytest.raises(UserError, match="warmup.backend must be one of auto, static, continuous, vllm, got 'tensorrt'"):
+    with pytest.raises(UserError, match="warmup.backend must be one of auto, static, graphed, continuous, vllm, got 'tensorrt'"):
         warmup(target, prompts, out, backend="tensorrt")
     with pytest.raises(SystemExit):
         main(["warmup", "--target", target, "--prompts", prompts, "--output", str(out), "--backend", "tensorrt"])

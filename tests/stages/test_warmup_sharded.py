@@ -1,4 +1,4 @@
-"""Regeneration at scale on the CPU: the continuous-batching backend answers like static batches (greedy),
+"""Regeneration at scale on the CPU: the continuous-batching and graphed backends answer like static batches,
 the warmup sharded over 2 gloo ranks (torchrun) writes the one-process dataset byte for byte, and a
 sharded run killed mid-shard resumes (on any number of ranks) to the same bytes."""
 
@@ -12,12 +12,18 @@ import time
 
 import pytest
 import torch
+from train_helpers import as_in_a_cpu_subprocess, cpu_env
 
 from flashdraft import cli
 from flashdraft.data import regenerate as regen
-from flashdraft.data.generation import ContinuousGenerator, StaticGenerator
+from flashdraft.data.generation import (
+    ContinuousGenerator,
+    GraphedGenerator,
+    StaticGenerator,
+    resolve_backend,
+)
 from flashdraft.data.sampling import Sampling
-from train_helpers import as_in_a_cpu_subprocess, cpu_env
+from flashdraft.errors import UserError
 
 
 def _prompts(path, n: int) -> str:
@@ -59,13 +65,19 @@ def run(command: list[str]) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-def test_continuous_batching_answers_like_static_batches(tiny_target):
+# Prompts of four lengths (a left-padded batch), as token ids of the tiny target.
+PADDED = [[5, 6, 7, 8], [9, 10, 11], [12, 13, 14, 15, 16, 17], [40, 41]]
+
+
+def _tiny_model(tiny_target):
     from transformers import AutoModelForCausalLM
 
     torch.set_num_threads(1)
-    model = AutoModelForCausalLM.from_pretrained(tiny_target("qwen3"), dtype=torch.float32).eval()
-    prompts = [[5, 6, 7, 8], [9, 10, 11], [12, 13, 14, 15, 16, 17], [40, 41]]
-    limits = [12, 3, 12, 7]
+    return AutoModelForCausalLM.from_pretrained(tiny_target("qwen3"), dtype=torch.float32).eval()
+
+
+def test_continuous_batching_answers_like_static_batches(tiny_target):
+    model, prompts, limits = _tiny_model(tiny_target), PADDED, [12, 3, 12, 7]
     static = StaticGenerator(model, stop_ids=[2], pad_id=0).generate(prompts, Sampling(), limits, [0])
     continuous = ContinuousGenerator(model, stop_ids=[2], pad_id=0)
     try:
@@ -74,6 +86,35 @@ def test_continuous_batching_answers_like_static_batches(tiny_target):
     finally:
         continuous.close()
     assert [len(c.token_ids) <= limit for c, limit in zip(static, limits)] == [True] * 4
+
+
+def test_graphed_backend_answers_like_static_batches(tiny_target):
+    """Greedy, float32: one static cache for the whole left-padded batch, its decode steps replayed as
+    graphs on a GPU (eager here, the same code): the same answers as transformers' `generate`, with
+    each prompt's limit and stop tokens; stopping early once every row has stopped (past the first
+    stop check) changes nothing. Sampled answers are fixed by the batch seed."""
+    model, prompts, limits = _tiny_model(tiny_target), PADDED, [40, 3, 40, 17]
+    static = StaticGenerator(model, stop_ids=[2], pad_id=0).generate(prompts, Sampling(), limits, [0])
+    graphed = GraphedGenerator(model, stop_ids=[2], pad_id=0)
+    assert graphed.generate(prompts, Sampling(), limits, [0]) == static
+    assert [len(c.token_ids) for c in static] == limits  # no stop token met: every answer runs to its limit
+    # Stop tokens that every row meets within its first 5 tokens: all rows stop long before the limit.
+    stops = sorted({c.token_ids[4] for c in static if len(c.token_ids) > 4} | {static[1].token_ids[2]})
+    stopping = StaticGenerator(model, stop_ids=stops, pad_id=0).generate(prompts, Sampling(), limits, [0])
+    assert GraphedGenerator(model, stop_ids=stops, pad_id=0).generate(prompts, Sampling(), limits, [0]) == stopping
+    assert all(c.finish_reason == "stop" and len(c.token_ids) <= 4 for c in stopping)
+    hot = Sampling(temperature=1.0)
+    sampled = graphed.generate(prompts, hot, limits, [7])
+    assert graphed.generate(prompts, hot, limits, [7]) == sampled != static
+    assert graphed.generate(prompts, hot, limits, [8]) != sampled
+
+
+def test_graphed_backend_refuses_hybrid_targets(tiny_target):
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(tiny_target("nemotron_h"))
+    with pytest.raises(UserError, match="warmup.backend graphed decodes attention-only targets"):
+        resolve_backend("graphed", config, torch.device("cpu"))
 
 
 PROMPTS = 24

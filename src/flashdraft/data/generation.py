@@ -4,6 +4,8 @@ on new tokens.
     static      transformers' `generate` on left-padded batches. Every target, CPU or GPU; the only
                 transformers path for hybrid (Mamba-2 / linear-attention) targets, which continuous
                 batching does not serve.
+    graphed     left-padded batches on one static cache, each decode step replayed as a CUDA graph
+                (`flashdraft.target.batch_decoder`): no per-step host work. GPUs, attention-only targets.
     continuous  transformers' continuous batching (`generate_batch`'s manager: paged attention, CUDA
                 graphs): requests join and leave the running batch one by one, so short answers do not
                 wait for long ones. The default on GPUs for attention-only targets.
@@ -22,17 +24,17 @@ from pathlib import Path
 
 import torch
 
-from flashdraft.data.sampling import Sampling, vllm_sampling
+from flashdraft.data.sampling import Sampling, choose, vllm_sampling
 from flashdraft.errors import UserError
+from flashdraft.target.batch_decoder import BatchDecoder
 from flashdraft.target.fast_path import recurrent_layers
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("auto", "static", "continuous", "vllm")
 # Prompts handed to a backend per call (one resumable record each): enough to keep it busy. A static
 # decode step on a GPU costs about the same host time at batch 32 as at 128 (benchmarks/RESULTS.md,
 # "Data at scale"), so answers/s grow with the batch there; on a CPU the batch costs compute.
-DEFAULT_BATCH = {"static": 8, "continuous": 512, "vllm": 512}
+DEFAULT_BATCH = {"static": 8, "graphed": 64, "continuous": 512, "vllm": 512}
 STATIC_GPU_BATCH = 64
 
 
@@ -65,6 +67,9 @@ def resolve_backend(backend: str, target_config, device: torch.device) -> str:
     if backend == "continuous" and hybrid:
         raise UserError("warmup.backend continuous: transformers' continuous batching does not serve hybrid "
                         "(Mamba-2 / linear-attention) targets; use static (or vllm)")
+    if backend == "graphed" and hybrid:
+        raise UserError("warmup.backend graphed decodes attention-only targets (a static KV cache); this target "
+                        "has Mamba-2 / linear-attention layers: use static (or vllm)")
     if backend != "auto":
         return backend
     if device.type == "cuda" and has_vllm:
@@ -86,7 +91,7 @@ def load_generator(backend: str, path: Path, tokenizer, stop_ids: Sequence[int],
     except (OSError, ValueError) as err:
         raise UserError(f"cannot load target weights from {path}: {err}") from err
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_ids[0]
-    kind = StaticGenerator if backend == "static" else ContinuousGenerator
+    kind = {"static": StaticGenerator, "graphed": GraphedGenerator, "continuous": ContinuousGenerator}[backend]
     return kind(model.to(device).eval(), stop_ids, pad)
 
 
@@ -124,6 +129,24 @@ class StaticGenerator:
         out = self.model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
                                   generation_config=config)
         return [completion(row[width:].tolist(), self.stop_ids, limit) for row, limit in zip(out.cpu(), limits)]
+
+    def close(self) -> None:
+        pass
+
+
+class GraphedGenerator:
+    """Static-cache batches with CUDA-graph decode steps (`BatchDecoder`); answers as StaticGenerator's."""
+
+    def __init__(self, model, stop_ids: Sequence[int], pad_id: int):
+        self.decoder, self.stop_ids = BatchDecoder(model, pad_id), set(stop_ids)
+
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: Sampling, limits: Sequence[int],
+                 seeds: Sequence[int]) -> list[Completion]:
+        # One seed per batch: batches are fixed, so a resumed run draws the same samples.
+        generator = torch.Generator(self.decoder.device).manual_seed(seeds[0])
+        rows = self.decoder.decode(prompts, limits, sorted(self.stop_ids),
+                                   lambda logits: choose(logits, sampling, generator)[0])
+        return [completion(row, self.stop_ids, limit) for row, limit in zip(rows, limits)]
 
     def close(self) -> None:
         pass

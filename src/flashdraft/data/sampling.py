@@ -1,10 +1,13 @@
 """How tokens are chosen: one settings type for the warmup's regeneration and the evaluation's decoding,
-the target's own recommendation (its generation_config), and the same settings spelled for vLLM."""
+the token choice itself (temperature, top-k, top-p on the device), the target's own recommendation (its
+generation_config), and the same settings spelled for vLLM."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+import torch
 
 from flashdraft.errors import UserError
 
@@ -28,6 +31,39 @@ class Sampling:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+
+def sampling_probs(logits: torch.Tensor, params: Sampling) -> torch.Tensor:
+    """[..., V] logits -> float32 probabilities after temperature, top-k and top-p."""
+    scores = logits.float() / params.temperature
+    if 0 < params.top_k < scores.shape[-1]:
+        kth = torch.topk(scores, params.top_k, dim=-1).values[..., -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    if params.top_p < 1:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
+        drop = sorted_probs.cumsum(dim=-1) - sorted_probs >= params.top_p
+        sorted_probs = sorted_probs.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row of [..., V] probabilities."""
+    flat = probs.reshape(-1, probs.shape[-1])
+    return torch.multinomial(flat, 1, generator=generator).view(probs.shape[:-1])
+
+
+def choose(
+    logits: torch.Tensor, params: Sampling, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Tokens for [..., V] logits and, when sampling, the distribution they were drawn from."""
+    if params.greedy:
+        return logits.argmax(dim=-1), None
+    probs = sampling_probs(logits, params)
+    return sample(probs, generator), probs
 
 
 def target_sampling(

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from flashdraft.data.sampling import Sampling
-from flashdraft.decoding.graphs import StepGraphs
+from flashdraft.data.sampling import Sampling, choose, sampling_probs
 from flashdraft.decoding.proposers import Proposer
-from flashdraft.decoding.sampling import accept_greedy, accept_sampled, choose, sampling_probs
+from flashdraft.decoding.sampling import accept_greedy, accept_sampled
 from flashdraft.decoding.target_runner import TargetRunner
 from flashdraft.errors import UserError
+from flashdraft.target.step_graphs import StepGraphs
 
 
 @dataclass

@@ -25,9 +25,8 @@ from flashdraft.config import EvaluateConfig, TargetConfig, to_dict
 from flashdraft.data.sampling import Sampling
 from flashdraft.decoding import metrics, vllm_measure
 from flashdraft.decoding.benchmarks import Benchmark, load_benchmark
-from flashdraft.decoding.decoding import Generation, generate
 from flashdraft.decoding.compiled import CompiledLayers, compiles_by_default
-from flashdraft.decoding.graphs import StepGraphs
+from flashdraft.decoding.decoding import Generation, generate
 from flashdraft.decoding.memory_floor import copy_bandwidth, floor_ms, speculative_step_bytes, target_step_bytes
 from flashdraft.decoding.plots import plot
 from flashdraft.decoding.prompt_lookup import prompt_lookup
@@ -46,6 +45,7 @@ from flashdraft.target.source import (
     load_tokenizer,
     source_of,
 )
+from flashdraft.target.step_graphs import StepGraphs
 
 log = logging.getLogger(__name__)
 

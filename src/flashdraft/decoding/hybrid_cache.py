@@ -21,10 +21,10 @@ import torch
 from torch import nn
 from transformers.cache_utils import Cache, LinearAttentionCacheLayerMixin
 
-from flashdraft.errors import UserError
 from flashdraft.decoding.cache_kwarg import cache_kwarg
-from flashdraft.decoding.graphs import StepGraphs
+from flashdraft.errors import UserError
 from flashdraft.target.frozen import decoder_layers
+from flashdraft.target.step_graphs import StepGraphs
 
 # Attribute names under which hybrid models keep the recurrent mixer of a decoder layer.
 _MIXER_ATTRIBUTES = ("mixer", "linear_attn", "mamba")

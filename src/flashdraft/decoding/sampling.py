@@ -1,4 +1,5 @@
-"""Token choice and the acceptance rule of speculative decoding (batch 1, on the device).
+"""The acceptance rule of speculative decoding (batch 1, on the device); token choice is
+`flashdraft.data.sampling`'s.
 
 Greedy (temperature 0): the drafts are accepted while they equal the target's argmax; the target's
 token at the first mismatch is the bonus. Sampling: standard speculative sampling (Leviathan et al.
@@ -12,40 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from flashdraft.data.sampling import Sampling
-
-
-def sampling_probs(logits: torch.Tensor, params: Sampling) -> torch.Tensor:
-    """[..., V] logits -> float32 probabilities after temperature, top-k and top-p."""
-    scores = logits.float() / params.temperature
-    if 0 < params.top_k < scores.shape[-1]:
-        kth = torch.topk(scores, params.top_k, dim=-1).values[..., -1:]
-        scores = scores.masked_fill(scores < kth, float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
-    if params.top_p < 1:
-        sorted_probs, order = probs.sort(dim=-1, descending=True)
-        # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
-        drop = sorted_probs.cumsum(dim=-1) - sorted_probs >= params.top_p
-        sorted_probs = sorted_probs.masked_fill(drop, 0.0)
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
-        probs = probs / probs.sum(dim=-1, keepdim=True)
-    return probs
-
-
-def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One token per row of [..., V] probabilities."""
-    flat = probs.reshape(-1, probs.shape[-1])
-    return torch.multinomial(flat, 1, generator=generator).view(probs.shape[:-1])
-
-
-def choose(
-    logits: torch.Tensor, params: Sampling, generator: torch.Generator | None
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Tokens for [..., V] logits and, when sampling, the distribution they were drawn from."""
-    if params.greedy:
-        return logits.argmax(dim=-1), None
-    probs = sampling_probs(logits, params)
-    return sample(probs, generator), probs
+from flashdraft.data.sampling import sample
 
 
 def accept_greedy(drafts: torch.Tensor, target_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -15,11 +15,11 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, PreTrainedConfig, StaticCache
 
-from flashdraft.errors import UserError
 from flashdraft.decoding.cache_kwarg import cache_kwarg
-from flashdraft.decoding.graphs import StepGraphs
 from flashdraft.decoding.hybrid_cache import RecurrentStates
+from flashdraft.errors import UserError
 from flashdraft.target.frozen import capture_layer_outputs, concat_taps
+from flashdraft.target.step_graphs import StepGraphs
 
 
 class TargetRunner:

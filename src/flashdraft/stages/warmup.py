@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from flashdraft.config import Config, to_yaml
+from flashdraft.config import WARMUP_BACKENDS, Config, to_yaml
 from flashdraft.data.warmup import WarmupResult, run_warmup
 from flashdraft.files import write_text
 from flashdraft.stages.args import Flag, add_config_arguments, config_from_args, on_off, require
@@ -35,10 +35,10 @@ FLAGS = [
          "the chat template's enable_thinking switch (default: the template's own default)",
          {"type": on_off, "metavar": "on|off"}),
     Flag("--batch-size", "warmup.batch_size",
-         "prompts per generate call (default: static 8 on a CPU, 64 on a GPU; 512 others)",
+         "prompts per generate call (default: static 8 on a CPU, 64 on a GPU; graphed 64; others 512)",
          {"type": int}),
     Flag("--backend", "warmup.backend", "auto: vLLM when installed on a GPU, else continuous batching on a GPU "
-         "(attention-only targets), else static batches", {"choices": ("auto", "static", "continuous", "vllm")}),
+         "(attention-only targets), else static batches", {"choices": WARMUP_BACKENDS}),
     Flag("--turns", "warmup.turns", "answer each conversation's first user turn, or all of them",
          {"choices": ("first", "all")}),
     Flag("--seed", "warmup.seed", "prompt mixture and sampling seed", {"type": int}),

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from decoding_helpers import OracleProposer, hf_greedy, make_draft, make_target, prompt
 
 from flashdraft.decoding.decoding import generate
-from flashdraft.decoding.graphs import WARMUP_RUNS, StepGraphs
 from flashdraft.decoding.proposers import DraftProposer
 from flashdraft.decoding.target_runner import TargetRunner
-from decoding_helpers import OracleProposer, hf_greedy, make_draft, make_target, prompt
+from flashdraft.target.step_graphs import WARMUP_RUNS, StepGraphs
 
 
 @pytest.fixture(autouse=True)

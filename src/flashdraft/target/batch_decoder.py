@@ -1,0 +1,98 @@
+"""Batched decoding of an attention-only causal LM on a static cache, each decode step replayed as one CUDA
+graph: the warmup's `graphed` regeneration backend.
+
+transformers' `generate` spends tens of milliseconds of host time on every decode step of a batch
+(benchmarks/RESULTS.md, "Data at scale": ~60 ms a step for a 135M model at batch 32), so on a GPU its
+throughput is set by the host, not the model. Here the prompts are left-padded into one static cache, and
+every decode step has the same shapes (the batch's tokens, one cache slot, a mask computed from that slot
+on the device), so it is captured once per call and replayed. All rows step together; a row that has
+stopped keeps stepping until every row has stopped or reached its limit, and its tokens past the stop are
+dropped by the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from transformers import StaticCache
+
+from flashdraft.errors import UserError
+from flashdraft.target.step_graphs import StepGraphs
+
+# Rows' stop states are read back every this many steps: each read waits for the device.
+STOP_CHECK_EVERY = 16
+
+
+def set_cache_length(cache: StaticCache, length: torch.Tensor | int) -> None:
+    """Where the next forward writes in every attention layer of `cache` (graph-safe for a device tensor)."""
+    lengths = [layer.cumulative_length for layer in cache.layers
+               if hasattr(layer, "cumulative_length") and layer.is_initialized]
+    if not lengths:
+        return
+    if isinstance(length, torch.Tensor):
+        torch._foreach_copy_(lengths, [length] * len(lengths))  # one fused launch, no host sync
+    else:
+        for value in lengths:
+            value.fill_(length)
+
+
+class BatchDecoder:
+    """`decode` runs a batch of prompts to their limits; token choice is the caller's `choose(logits)`."""
+
+    def __init__(self, model: nn.Module, pad_id: int):
+        attention = getattr(model.config, "_attn_implementation", "sdpa")
+        if attention != "sdpa":
+            raise UserError(f"the graphed backend runs the target with sdpa attention, not {attention!r}")
+        self.model, self.pad_id = model, pad_id
+        self.device = model.get_input_embeddings().weight.device
+
+    @torch.no_grad()
+    def decode(self, prompts: Sequence[Sequence[int]], limits: Sequence[int], stop_ids: Sequence[int],
+               choose) -> list[list[int]]:
+        """Each prompt's next max(limits) tokens (the caller cuts each at its stop token or its limit).
+
+        `choose`: float logits [rows, V] -> tokens [rows] (greedy or sampled, on the device)."""
+        rows, width, new = len(prompts), max(len(p) for p in prompts), max(limits)
+        max_len = width + new
+        device = self.device
+        ids = torch.full((rows, width), self.pad_id, dtype=torch.long)
+        in_prompt = torch.zeros((rows, max_len), dtype=torch.bool)
+        for row, prompt in enumerate(prompts):
+            ids[row, width - len(prompt):] = torch.tensor(list(prompt), dtype=torch.long)
+            in_prompt[row, width - len(prompt):width] = True
+        ids, in_prompt = ids.to(device), in_prompt.to(device)
+        starts = (width - torch.tensor([len(p) for p in prompts])).to(device)  # where each prompt begins
+        slots = torch.arange(max_len, device=device)
+        cache = StaticCache(config=self.model.config, max_cache_len=max_len)
+
+        # Prefill: each position sees its own prompt's earlier tokens; a pad sees itself only, which
+        # keeps its (unused) hidden states finite.
+        earlier = slots[None, :] <= slots[:width, None]  # [query, key]
+        visible = ((in_prompt[:, None, :] & earlier) | (slots[None, :] == slots[:width, None]))[:, None]
+        positions = (slots[None, :width] - starts[:, None]).clamp(min=0)
+        logits = self.model(input_ids=ids, position_ids=positions, attention_mask=visible,
+                            past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1].float()
+
+        def step(tokens: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+            set_cache_length(cache, slot)
+            seen = in_prompt | ((slots >= width) & (slots <= slot))[None]
+            out = self.model(input_ids=tokens, position_ids=(slot - starts)[:, None],
+                             attention_mask=seen[:, None, None, :], past_key_values=cache, use_cache=True)
+            return out.logits[:, -1].float()
+
+        graphs = StepGraphs.for_device(device)  # per call: its graph holds this call's cache
+        stops = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
+        row_limits = torch.tensor(list(limits), device=device)
+        stopped = torch.zeros(rows, dtype=torch.bool, device=device)
+        chosen = []
+        for t in range(new):
+            token = choose(logits)
+            chosen.append(token)
+            stopped |= torch.isin(token, stops)
+            if t + 1 == new or ((t + 1) % STOP_CHECK_EVERY == 0 and bool((stopped | (row_limits <= t + 1)).all())):
+                break
+            slot = torch.tensor(width + t, device=device)
+            logits = graphs.run("decode", step, token[:, None], slot)
+        return torch.stack(chosen, dim=1).tolist()
