@@ -22,7 +22,8 @@ def recompile_limit_hits() -> int:
     return sum(n for reason, n in counters["unimplemented"].items() if "recompile limit" in reason)
 
 
-def test_compiled_layers_decode_token_for_token_like_eager(monkeypatch):
+@torch._dynamo.config.patch(recompile_limit=1)  # restored after the test
+def test_compiled_layers_decode_token_for_token_like_eager():
     """float32 on the CPU (inductor): plain and speculative greedy outputs of the compiled target and
     draft equal transformers' eager greedy output; a noisy oracle makes the verify accept partial blocks,
     so the compiled verify and its cache rollback are exercised, not just whole-block accepts. Only the
@@ -31,7 +32,6 @@ def test_compiled_layers_decode_token_for_token_like_eager(monkeypatch):
     compiled code even where dynamo's recompile limit starts below one graph per (layer, step length):
     past the limit dynamo would run the remaining layers eagerly without a word."""
     torch.set_num_threads(1)
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
     hits = recompile_limit_hits()
     target = make_target("qwen3")
     block = 5

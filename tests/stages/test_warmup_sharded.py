@@ -109,12 +109,20 @@ def test_graphed_backend_answers_like_static_batches(tiny_target):
     assert graphed.generate(prompts, hot, limits, [8]) != sampled
 
 
-def test_graphed_backend_refuses_hybrid_targets(tiny_target):
-    from transformers import AutoConfig
+def test_graphed_backend_refuses_hybrid_and_sliding_window_targets(tiny_target):
+    """Before any weights load: a Mamba state is not a static KV cache, and the backend's masks would
+    ignore a sliding window."""
+    from transformers import AutoConfig, Qwen3Config
 
     config = AutoConfig.from_pretrained(tiny_target("nemotron_h"))
     with pytest.raises(UserError, match="warmup.backend graphed decodes attention-only targets"):
         resolve_backend("graphed", config, torch.device("cpu"))
+    sliding = Qwen3Config(num_hidden_layers=2, use_sliding_window=True, sliding_window=8, max_window_layers=0,
+                          layer_types=["sliding_attention", "full_attention"])
+    with pytest.raises(UserError, match="qwen3 has sliding-window attention layers.*use warmup.backend static"):
+        resolve_backend("graphed", sliding, torch.device("cpu"))
+    full = AutoConfig.from_pretrained(tiny_target("qwen3"))
+    assert resolve_backend("graphed", full, torch.device("cpu")) == "graphed"
 
 
 PROMPTS = 24

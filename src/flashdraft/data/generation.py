@@ -26,7 +26,7 @@ import torch
 
 from flashdraft.data.sampling import Sampling, choose, vllm_sampling
 from flashdraft.errors import UserError
-from flashdraft.target.batch_decoder import BatchDecoder
+from flashdraft.target.batch_decoder import GRAPHED_REFUSAL, BatchDecoder, static_cache
 from flashdraft.target.fast_path import recurrent_layers
 
 log = logging.getLogger(__name__)
@@ -67,9 +67,11 @@ def resolve_backend(backend: str, target_config, device: torch.device) -> str:
     if backend == "continuous" and hybrid:
         raise UserError("warmup.backend continuous: transformers' continuous batching does not serve hybrid "
                         "(Mamba-2 / linear-attention) targets; use static (or vllm)")
-    if backend == "graphed" and hybrid:
-        raise UserError("warmup.backend graphed decodes attention-only targets (a static KV cache); this target "
-                        "has Mamba-2 / linear-attention layers: use static (or vllm)")
+    if backend == "graphed":
+        if hybrid:
+            raise UserError("warmup.backend graphed decodes attention-only targets (a static KV cache); this "
+                            "target has Mamba-2 / linear-attention layers: use static (or vllm)")
+        static_cache(target_config, 1, GRAPHED_REFUSAL)  # refuses sliding-window layers before weights load
     if backend != "auto":
         return backend
     if device.type == "cuda" and has_vllm:

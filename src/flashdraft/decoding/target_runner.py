@@ -13,11 +13,12 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
-from transformers import AutoModelForCausalLM, PreTrainedConfig, StaticCache
+from transformers import AutoModelForCausalLM, PreTrainedConfig
 
 from flashdraft.decoding.cache_kwarg import cache_kwarg
 from flashdraft.decoding.hybrid_cache import RecurrentStates
 from flashdraft.errors import UserError
+from flashdraft.target.batch_decoder import set_cache_length, static_cache
 from flashdraft.target.frozen import capture_layer_outputs, concat_taps
 from flashdraft.target.step_graphs import StepGraphs
 
@@ -34,13 +35,7 @@ class TargetRunner:
         if attn not in ("sdpa", "eager"):
             raise UserError(f"speculative decoding runs the target with sdpa or eager attention, not {attn!r}")
         self._additive_mask = attn == "eager"
-        self.cache = StaticCache(config=model.config, max_cache_len=max_len)
-        if any(getattr(layer, "is_sliding", False) for layer in self.cache.layers):
-            raise UserError(
-                f"{type(model).__name__} has sliding-window attention layers, which the speculative "
-                "decoding loop does not handle yet; evaluate a full-attention or Mamba-hybrid target"
-            )
-        self._attention = [layer for layer in self.cache.layers if hasattr(layer, "cumulative_length")]
+        self.cache = static_cache(model.config, max_len, "evaluate a full-attention or Mamba-hybrid target")
         self.recurrent = RecurrentStates.find(model, self.cache)
         name = cache_kwarg(model)
         if name is None:
@@ -59,17 +54,6 @@ class TargetRunner:
         return torch.zeros(visible.shape, dtype=dtype, device=self.device).masked_fill(
             ~visible, torch.finfo(dtype).min
         )
-
-    def _set_length(self, length: torch.Tensor | int) -> None:
-        lengths = [layer.cumulative_length for layer in self._attention if layer.is_initialized]
-        if not lengths:
-            return
-        if isinstance(length, torch.Tensor):
-            # On the device, one fused launch: no host sync, graph-safe.
-            torch._foreach_copy_(lengths, [length] * len(lengths))
-        else:
-            for value in lengths:
-                value.fill_(length)
 
     def _forward(self, ids: torch.Tensor, start: torch.Tensor, logits_to_keep: int):
         positions = start + torch.arange(ids.shape[1], device=self.device)
@@ -91,7 +75,7 @@ class TargetRunner:
         if ids.shape[1] + 1 > self.max_len:
             raise UserError(f"prompt of {ids.shape[1]} tokens does not fit the {self.max_len}-token cache")
         self.cache.reset()
-        self._set_length(0)
+        set_cache_length(self.cache, 0)
         logits, features = self._forward(ids, torch.zeros((), dtype=torch.long, device=self.device), 1)
         if self.recurrent is not None:
             self.recurrent.commit_prefill()
@@ -100,7 +84,7 @@ class TargetRunner:
     @torch.no_grad()
     def forward(self, ids: torch.Tensor, start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Tokens [1, q] at positions start.. (start: 0-d device tensor) -> float logits [1, q, V], features."""
-        self._set_length(start)
+        set_cache_length(self.cache, start)
         if self.recurrent is None:
             return self._forward(ids, start, 0)
         self.recurrent.restore()

@@ -5,9 +5,10 @@ transformers' `generate` spends tens of milliseconds of host time on every decod
 (benchmarks/RESULTS.md, "Data at scale": ~60 ms a step for a 135M model at batch 32), so on a GPU its
 throughput is set by the host, not the model. Here the prompts are left-padded into one static cache, and
 every decode step has the same shapes (the batch's tokens, one cache slot, a mask computed from that slot
-on the device), so it is captured once per call and replayed. All rows step together; a row that has
-stopped keeps stepping until every row has stopped or reached its limit, and its tokens past the stop are
-dropped by the caller.
+on the device), so it is captured once per call and replayed. Attention runs grouped
+(`grouped_attention`): the query heads that share a key/value head read it once, not a copy of the cache
+per head. All rows step together; a row that has stopped keeps stepping until every row has stopped or
+reached its limit, and its tokens past the stop are dropped by the caller.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from torch import nn
 from transformers import StaticCache
 
 from flashdraft.errors import UserError
+from flashdraft.target import grouped_attention
 from flashdraft.target.step_graphs import StepGraphs
 
 # Rows' stop states are read back every this many steps: each read waits for the device.
 STOP_CHECK_EVERY = 16
+GRAPHED_REFUSAL = "use warmup.backend static or continuous"
 
 
 def set_cache_length(cache: StaticCache, length: torch.Tensor | int) -> None:
@@ -38,6 +41,17 @@ def set_cache_length(cache: StaticCache, length: torch.Tensor | int) -> None:
             value.fill_(length)
 
 
+def static_cache(config, max_len: int, refusal: str) -> StaticCache:
+    """A static KV cache for a model of `config` (its tensors come with the first forward); a UserError
+    ending in `refusal` (what to do instead) where the model has sliding-window layers, whose window the
+    masks of static-cache decoding do not apply."""
+    cache = StaticCache(config=config, max_cache_len=max_len)
+    if any(getattr(layer, "is_sliding", False) for layer in cache.layers):
+        raise UserError(f"{getattr(config, 'model_type', 'this model')} has sliding-window attention layers, which "
+                        f"static-cache decoding does not handle yet; {refusal}")
+    return cache
+
+
 class BatchDecoder:
     """`decode` runs a batch of prompts to their limits; token choice is the caller's `choose(logits)`."""
 
@@ -47,13 +61,23 @@ class BatchDecoder:
             raise UserError(f"the graphed backend runs the target with sdpa attention, not {attention!r}")
         self.model, self.pad_id = model, pad_id
         self.device = model.get_input_embeddings().weight.device
+        self.attention = grouped_attention.register()
 
-    @torch.no_grad()
     def decode(self, prompts: Sequence[Sequence[int]], limits: Sequence[int], stop_ids: Sequence[int],
                choose) -> list[list[int]]:
         """Each prompt's next max(limits) tokens (the caller cuts each at its stop token or its limit).
 
         `choose`: float logits [rows, V] -> tokens [rows] (greedy or sampled, on the device)."""
+        # Grouped attention for this call only: the caller's model keeps its own for other uses.
+        self.model.set_attn_implementation(self.attention)
+        try:
+            return self._decode(prompts, limits, stop_ids, choose)
+        finally:
+            self.model.set_attn_implementation("sdpa")
+
+    @torch.no_grad()
+    def _decode(self, prompts: Sequence[Sequence[int]], limits: Sequence[int], stop_ids: Sequence[int],
+                choose) -> list[list[int]]:
         rows, width, new = len(prompts), max(len(p) for p in prompts), max(limits)
         max_len = width + new
         device = self.device
@@ -65,7 +89,7 @@ class BatchDecoder:
         ids, in_prompt = ids.to(device), in_prompt.to(device)
         starts = (width - torch.tensor([len(p) for p in prompts])).to(device)  # where each prompt begins
         slots = torch.arange(max_len, device=device)
-        cache = StaticCache(config=self.model.config, max_cache_len=max_len)
+        cache = static_cache(self.model.config, max_len, GRAPHED_REFUSAL)
 
         # Prefill: each position sees its own prompt's earlier tokens; a pad sees itself only, which
         # keeps its (unused) hidden states finite.
