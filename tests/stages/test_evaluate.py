@@ -112,6 +112,49 @@ def test_sampled_evaluation_reports_no_lossless_check(tiny_target, drafts, promp
     assert result["speculative"]["new_tokens"] > 0
 
 
+def test_an_interrupted_evaluation_resumes_to_the_uninterrupted_report(tiny_target, drafts, prompts_file, tmp_path,
+                                                                       monkeypatch):
+    """Sampled (T=0.8), two benchmarks. Each finished benchmark is saved beside the report; a run that dies in
+    the second leaves no report, and the rerun takes the saved benchmark, runs only the other, and reports the
+    same tokens as an uninterrupted run (each benchmark samples from the seed afresh). A partial file left by
+    another evaluation is not used."""
+    import flashdraft.decoding.evaluate as evaluation
+
+    target, draft = tiny_target("qwen3"), drafts("qwen3")
+    fields = dict(benchmarks=["gsm8k", str(prompts_file)], num_prompts=2, max_new_tokens=10, temperature=0.8,
+                  prompt_lookup=False)
+    straight = run_evaluate(draft, target, tmp_path / "straight" / "report.json", **fields)
+    out = tmp_path / "resumed" / "report.json"
+    partial = out.with_name("report.partial.json")
+    partial.parent.mkdir()
+    partial.write_text(json.dumps({"fingerprint": "another evaluation", "benchmarks": {"gsm8k": {"tau": 9}}}))
+    measured, bench_report = [], evaluation._bench_report
+
+    def dies_in_the_second(bench, *args):
+        measured.append(bench.name)
+        if len(measured) == 2:
+            raise RuntimeError("machine preempted")
+        return bench_report(bench, *args)
+
+    monkeypatch.setattr(evaluation, "_bench_report", dies_in_the_second)
+    with pytest.raises(RuntimeError, match="preempted"):
+        run_evaluate(draft, target, out, **fields)
+    assert measured == ["gsm8k", "mine"] and not out.exists()
+    assert list(json.loads(partial.read_text())["benchmarks"]) == ["gsm8k"]
+
+    measured.clear()
+    monkeypatch.setattr(evaluation, "_bench_report", lambda bench, *args: measured.append(bench.name)
+                        or bench_report(bench, *args))
+    resumed = run_evaluate(draft, target, out, **fields)
+    assert measured == ["mine"] and out.exists() and not partial.exists()
+
+    def tokens(report: dict) -> dict:
+        return {name: (r["per_prompt"], r["speculative"]["accept_length_histogram"])
+                for name, r in report["benchmarks"].items()}
+
+    assert tokens(resumed) == tokens(straight) and set(resumed["benchmarks"]) == {"gsm8k", "mine"}
+
+
 def test_logs_to_mlflow_when_tracking_is_on(tiny_target, drafts, prompts_file, tmp_path):
     import mlflow
 

@@ -9,7 +9,8 @@ Each loop's time a step is set beside its floor, the weight bytes the step reads
 measured bandwidth (`memory_floor`): a plain baseline far above its floor inflates every speedup.
 
 The report (JSON) holds every number, the settings as measured, the resolved `target` and `evaluate`
-config sections, and the names of its PNG plots, which are written next to it.
+config sections, and the names of its PNG plots, which are written next to it. Finished benchmarks are
+saved as they finish, and an interrupted evaluation, run again, resumes (`partial_report`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
@@ -28,6 +30,7 @@ from flashdraft.decoding.benchmarks import Benchmark, load_benchmark
 from flashdraft.decoding.compiled import CompiledLayers, compiles_by_default
 from flashdraft.decoding.decoding import Generation, generate
 from flashdraft.decoding.memory_floor import copy_bandwidth, floor_ms, speculative_step_bytes, target_step_bytes
+from flashdraft.decoding.partial_report import PartialReport, fingerprint
 from flashdraft.decoding.plots import plot
 from flashdraft.decoding.prompt_lookup import prompt_lookup
 from flashdraft.decoding.proposers import DraftProposer
@@ -180,6 +183,8 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
         b.name: [torch.tensor([encode(tokenizer, m, evaluation.thinking)], device=torch_device) for m in b.prompts]
         for b in suite
     }
+    settings_key = {"target": to_dict(target), "evaluate": to_dict(evaluation) | {"output": None}}
+    done = PartialReport(output, fingerprint(settings_key, Path(draft), encoded))
     longest = max(ids.shape[1] for prompts in encoded.values() for ids in prompts)
     max_len = longest + max_new_tokens + block + 1
     spec_runner = TargetRunner(model, draft_model.target_layer_ids, max_len)
@@ -210,6 +215,12 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
               "speculative": floor_ms(speculative_step_bytes(model, draft_model), bandwidth)}
     results = {}
     for bench in suite:
+        if bench.name in done.results:
+            results[bench.name] = done.results[bench.name]
+            continue
+        # Each benchmark draws from the seed afresh: a resumed evaluation samples as an uninterrupted one.
+        gen_spec.manual_seed(seed)
+        gen_plain.manual_seed(seed)
         spec, plain = [], []
         with our_layers:
             for ids in tqdm(encoded[bench.name], desc=f"evaluate {bench.name}", unit="prompt"):
@@ -225,6 +236,7 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
         log.info("%s: tau %.2f (pooled), speedup %s, lossless %s", bench.name,
                  results[bench.name]["speculative"]["tau_pooled"] or 0, results[bench.name]["speedup"],
                  results[bench.name]["lossless"])
+        done.save(bench.name, results[bench.name])
 
     settings = {
         "draft": str(draft),
@@ -272,4 +284,5 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
     # Plots first: the report, written last, means the evaluation finished.
     report["plots"] = [path.name for path in plot(report, output.parent, output.stem)]
     write_json(output, report)
+    done.finish()
     return report
