@@ -15,12 +15,14 @@
 #
 # Seeds are fixed (data.seed, train.seed, warmup.seed, evaluate.seed = 0). Phases are separate so each fits a
 # machine window; WORK keeps the state between them. On one H200: warmup ~7 minutes, train 3 minutes at 400
-# steps (7 at 1,200), evaluate ~9 minutes a draft in float32 (RESULTS.md section 8, run 2). Needs, besides
+# steps (7 at 1,200), evaluate ~9 minutes a draft in float32 (RESULTS.md section 8, run 2, before float32
+# decoding on GPUs moved to eager attention: 2.4x faster plain steps, section 7). Needs, besides
 # flashdraft: specforge==0.2.0 and dflash==0.1.0 (pip install --no-deps). Environment: STEPS (optimizer steps
 # of each draft, default 400), MAX_LENGTH (training length = the answers' limit, default 1024), SHARD_BATCH
 # (prompts a generate call, default 128: 8 processes at 256 ran out of the H200's memory on long ShareGPT
 # prompts), EVAL_NEW_TOKENS (decoded tokens a prompt, default 256; the second-turn benchmark's context answers
-# get twice that), DEVICE (evaluation: cuda; cpu for a smoke run), ATTENTION (flex; sdpa on a CPU), TRAIN_ARGS
+# get twice that), WARMUP_BACKEND (warmup.backend, default static), DEVICE (evaluation: cuda; cpu for a smoke
+# run), ATTENTION (flex; sdpa on a CPU), TRAIN_ARGS
 # (extra key=value settings of both trainings, e.g. for a small smoke run: "data.eval_samples=2
 # train.micro_batch_size=2").
 set -euo pipefail
@@ -44,14 +46,14 @@ warmup)
     # A cache folder each: processes that materialise the same target into one folder would race.
     run flashdraft warmup --target "$gguf" --prompts "$prompts" --output "$work/warmup_$shard" \
       --cache-dir "$work/cache_$shard" --max-new-tokens "$max_length" --temperature 0.8 --batch-size "${SHARD_BATCH:-128}" \
-      --backend static --max-length "$max_length" > "$work/warmup_$shard.log" 2>&1 &
+      --backend "${WARMUP_BACKEND:-static}" --max-length "$max_length" > "$work/warmup_$shard.log" 2>&1 &
     pids+=($!)
   done
   # The second-turn benchmark: the target answers both user turns greedily; its own first answer is
   # then the context of the second turn.
   run flashdraft warmup --target "$gguf" --prompts "$data/sharegpt_second_turn_source.jsonl" \
     --output "$work/warmup_second_turn" --cache-dir "$work/cache_second_turn" --max-new-tokens $((2 * ${EVAL_NEW_TOKENS:-256})) --temperature 0 \
-    --backend static --turns all > "$work/warmup_second_turn.log" 2>&1 &
+    --backend "${WARMUP_BACKEND:-static}" --turns all > "$work/warmup_second_turn.log" 2>&1 &
   pids+=($!)
   wait_all "${pids[@]}"
   cp "$work/warmup_second_turn/train.jsonl" "$work/sharegpt_second_turn.jsonl"

@@ -16,7 +16,8 @@ on GPUs; our CUDA graphs still replay the steps). Each step is set
 against its floor, the weight bytes it reads over the measured copy bandwidth
 (`flashdraft.decoding.memory_floor`). `--profile` adds the top kernels of a plain step without CUDA
 graphs (eager, and compiled with `--compiled`); `--dtype float32` times float32 as evaluate runs it
-(IEEE Triton dots, eager attention on a GPU; `--attention sdpa` for the other).
+(IEEE Triton dots, eager attention on a GPU; `--attention sdpa` for the other; `--attention grouped`
+for grouped-query attention that reads each key/value head once).
 
     # GPU (the setting): Qwen3-8B-shaped target, 5-layer draft, bf16
     python benchmarks/spec_decode.py --out spec_decode.json
@@ -42,18 +43,22 @@ from transformers import AutoModelForCausalLM, Qwen3Config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from flashdraft.model import DFlashDraftConfig, DFlashDraftModel  # noqa: E402
 from flashdraft.decoding.cache_kwarg import cache_kwarg  # noqa: E402
 from flashdraft.decoding.compiled import CompiledLayers  # noqa: E402
 from flashdraft.decoding.decoding import generate  # noqa: E402
 from flashdraft.decoding.evaluate import ieee_float32_dots, target_attention  # noqa: E402
-from flashdraft.target.step_graphs import StepGraphs  # noqa: E402
 from flashdraft.decoding.memory_floor import (  # noqa: E402
-    copy_bandwidth, floor_ms, speculative_step_bytes, target_step_bytes,
+    copy_bandwidth,
+    floor_ms,
+    speculative_step_bytes,
+    target_step_bytes,
 )
 from flashdraft.decoding.proposers import DraftProposer  # noqa: E402
 from flashdraft.decoding.target_runner import TargetRunner  # noqa: E402
+from flashdraft.model import DFlashDraftConfig, DFlashDraftModel  # noqa: E402
+from flashdraft.target import grouped_attention  # noqa: E402
 from flashdraft.target.frozen import decoder_layers  # noqa: E402
+from flashdraft.target.step_graphs import StepGraphs  # noqa: E402
 
 SHAPES = {
     # Qwen3-8B and the z-lab Qwen3-8B DFlash draft (dflash-reference.md section 2).
@@ -248,8 +253,9 @@ def main(argv: list[str] | None = None) -> int:
                              "as evaluate does")
     parser.add_argument("--profile", action="store_true",
                         help="top kernels of a plain step without CUDA graphs, eager (and compiled with --compiled); CUDA")
-    parser.add_argument("--attention", choices=["sdpa", "eager"], default=None,
-                        help="the target's attention; default as evaluate picks it (eager for float32 on a GPU)")
+    parser.add_argument("--attention", choices=["sdpa", "eager", "grouped"], default=None,
+                        help="the target's attention; default as evaluate picks it (eager for float32 on a GPU); "
+                             "grouped: flashdraft.target.grouped_attention (no repeated key/value heads)")
     parser.add_argument("--no-zlab", action="store_true", help="skip the z-lab loops and the float32 check")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="JSON results file")
@@ -263,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     prompt_len = args.prompt_len or (16 if args.tiny else 512)
     new = args.max_new_tokens or (40 if args.tiny else 256)
     attention = args.attention or target_attention(dtype, device)
+    if attention == "grouped":
+        attention = grouped_attention.register()
     target, draft = build(shape, dtype, device, args.seed, attention)
     ref = None if args.no_zlab else zlab_draft(draft)
     block = draft.block_size

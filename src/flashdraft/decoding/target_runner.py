@@ -18,6 +18,7 @@ from transformers import AutoModelForCausalLM, PreTrainedConfig
 from flashdraft.decoding.cache_kwarg import cache_kwarg
 from flashdraft.decoding.hybrid_cache import RecurrentStates
 from flashdraft.errors import UserError
+from flashdraft.target import grouped_attention
 from flashdraft.target.batch_decoder import set_cache_length, static_cache
 from flashdraft.target.frozen import capture_layer_outputs, concat_taps
 from flashdraft.target.step_graphs import StepGraphs
@@ -32,8 +33,9 @@ class TargetRunner:
         self.max_len = max_len
         self.device = model.get_input_embeddings().weight.device
         attn = getattr(model.config, "_attn_implementation", "sdpa")
-        if attn not in ("sdpa", "eager"):
-            raise UserError(f"speculative decoding runs the target with sdpa or eager attention, not {attn!r}")
+        if attn not in ("sdpa", "eager", grouped_attention.NAME):
+            raise UserError(f"speculative decoding runs the target with sdpa, eager or {grouped_attention.NAME} "
+                            f"attention, not {attn!r}")
         self._additive_mask = attn == "eager"
         self.cache = static_cache(model.config, max_len, "evaluate a full-attention or Mamba-hybrid target")
         self.recurrent = RecurrentStates.find(model, self.cache)
