@@ -12,18 +12,13 @@ import time
 
 import pytest
 import torch
-from train_helpers import as_in_a_cpu_subprocess, cpu_env
 
 from flashdraft import cli
 from flashdraft.data import regenerate as regen
-from flashdraft.data.generation import (
-    ContinuousGenerator,
-    GraphedGenerator,
-    StaticGenerator,
-    resolve_backend,
-)
+from flashdraft.data.generation import ContinuousGenerator, GraphedGenerator, StaticGenerator, resolve_backend
 from flashdraft.data.sampling import Sampling
 from flashdraft.errors import UserError
+from train_helpers import as_in_a_cpu_subprocess, cpu_env
 
 
 def _prompts(path, n: int) -> str:

@@ -21,8 +21,8 @@ import torch
 from torch import nn
 from transformers.cache_utils import Cache, LinearAttentionCacheLayerMixin
 
-from flashdraft.decoding.cache_kwarg import cache_kwarg
 from flashdraft.errors import UserError
+from flashdraft.target.cache_kwarg import cache_kwarg
 from flashdraft.target.frozen import decoder_layers
 from flashdraft.target.step_graphs import StepGraphs
 

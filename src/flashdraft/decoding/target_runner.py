@@ -15,11 +15,11 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, PreTrainedConfig
 
-from flashdraft.decoding.cache_kwarg import cache_kwarg
 from flashdraft.decoding.hybrid_cache import RecurrentStates
 from flashdraft.errors import UserError
 from flashdraft.target import grouped_attention
 from flashdraft.target.batch_decoder import set_cache_length, static_cache
+from flashdraft.target.cache_kwarg import cache_kwarg
 from flashdraft.target.frozen import capture_layer_outputs, concat_taps
 from flashdraft.target.step_graphs import StepGraphs
 

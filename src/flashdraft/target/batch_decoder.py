@@ -21,6 +21,7 @@ from transformers import StaticCache
 
 from flashdraft.errors import UserError
 from flashdraft.target import grouped_attention
+from flashdraft.target.cache_kwarg import cache_kwarg
 from flashdraft.target.step_graphs import StepGraphs
 
 # Rows' stop states are read back every this many steps: each read waits for the device.
@@ -62,6 +63,9 @@ class BatchDecoder:
         self.model, self.pad_id = model, pad_id
         self.device = model.get_input_embeddings().weight.device
         self.attention = grouped_attention.register()
+        self.cache_name = cache_kwarg(model)
+        if self.cache_name is None:
+            raise UserError(f"{type(model).__name__}.forward takes no cache argument; use warmup.backend static")
 
     def decode(self, prompts: Sequence[Sequence[int]], limits: Sequence[int], stop_ids: Sequence[int],
                choose) -> list[list[int]]:
@@ -97,13 +101,13 @@ class BatchDecoder:
         visible = ((in_prompt[:, None, :] & earlier) | (slots[None, :] == slots[:width, None]))[:, None]
         positions = (slots[None, :width] - starts[:, None]).clamp(min=0)
         logits = self.model(input_ids=ids, position_ids=positions, attention_mask=visible,
-                            past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1].float()
+                            use_cache=True, logits_to_keep=1, **{self.cache_name: cache}).logits[:, -1].float()
 
         def step(tokens: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
             set_cache_length(cache, slot)
             seen = in_prompt | ((slots >= width) & (slots <= slot))[None]
             out = self.model(input_ids=tokens, position_ids=(slot - starts)[:, None],
-                             attention_mask=seen[:, None, None, :], past_key_values=cache, use_cache=True)
+                             attention_mask=seen[:, None, None, :], use_cache=True, **{self.cache_name: cache})
             return out.logits[:, -1].float()
 
         graphs = StepGraphs.for_device(device)  # per call: its graph holds this call's cache

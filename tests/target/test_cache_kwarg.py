@@ -15,13 +15,13 @@ import torch
 from torch import nn
 from transformers.utils.deprecation import deprecate_kwarg
 
-from flashdraft.errors import UserError
-from flashdraft.decoding.cache_kwarg import cache_kwarg
+from decoding_helpers import OracleProposer, hf_greedy, make_target, prompt
 from flashdraft.decoding.decoding import generate
 from flashdraft.decoding.hybrid_cache import RecurrentStates
 from flashdraft.decoding.target_runner import TargetRunner
+from flashdraft.errors import UserError
+from flashdraft.target.cache_kwarg import cache_kwarg
 from flashdraft.target.frozen import decoder_layers
-from decoding_helpers import OracleProposer, hf_greedy, make_target, prompt
 
 
 @pytest.fixture(autouse=True)
