@@ -121,6 +121,6 @@ class BatchDecoder:
             stopped |= torch.isin(token, stops)
             if t + 1 == new or ((t + 1) % STOP_CHECK_EVERY == 0 and bool((stopped | (row_limits <= t + 1)).all())):
                 break
-            slot = torch.tensor(width + t, device=device)
-            logits = graphs.run("decode", step, token[:, None], slot)
+            # slots[i] is a view on the device: no host-to-device copy a step.
+            logits = graphs.run("decode", step, token[:, None], slots[width + t])
         return torch.stack(chosen, dim=1).tolist()
