@@ -183,7 +183,10 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
         b.name: [torch.tensor([encode(tokenizer, m, evaluation.thinking)], device=torch_device) for m in b.prompts]
         for b in suite
     }
-    settings_key = {"target": to_dict(target), "evaluate": to_dict(evaluation) | {"output": None}}
+    device_name = torch.cuda.get_device_name(torch_device) if torch_device.type == "cuda" else "cpu"
+    # The resolved device and dtype too: `auto` on another machine is another evaluation (and other timings).
+    settings_key = {"target": to_dict(target), "evaluate": to_dict(evaluation) | {"output": None},
+                    "device": device_name, "dtype": str(torch_dtype)}
     done = PartialReport(output, fingerprint(settings_key, Path(draft), encoded))
     longest = max(ids.shape[1] for prompts in encoded.values() for ids in prompts)
     max_len = longest + max_new_tokens + block + 1
@@ -250,7 +253,7 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
         "block_size": block,
         "draft_block_size": draft_config.block_size,
         "device": str(torch_device),
-        "device_name": torch.cuda.get_device_name(torch_device) if torch_device.type == "cuda" else "cpu",
+        "device_name": device_name,
         "dtype": str(torch_dtype).removeprefix("torch."),
         "seed": seed,
         "thinking": evaluation.thinking,
