@@ -331,9 +331,9 @@ def run_gpu(model_name: str, target: str | None, out: Path, count: int, limit: i
 def write_gpu_report(out: Path, prompts_per_run: int = 1_000_000, gpus: int = 8) -> str:
     """gpu_*.json -> gpu.md: throughput side by side and the hours `prompts_per_run` prompts take on `gpus`
     GPUs at each measured rate (answers as long as measured)."""
-    lines = ["| model | backend | completion tok/s (1 GPU) | mean answer tokens | truncated | vs best static | "
+    lines = ["| run | model | backend | completion tok/s (1 GPU) | mean answer tokens | truncated | vs best static | "
              f"hours for {prompts_per_run:,} prompts on {gpus} GPUs |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
     notes = []
     for path in sorted(out.glob("gpu_*.json")):
         report = json.loads(path.read_text())
@@ -341,7 +341,7 @@ def write_gpu_report(out: Path, prompts_per_run: int = 1_000_000, gpus: int = 8)
         best = max(v["tokens_per_second"] for k, v in runs.items() if k.startswith("static"))
         for name, run in runs.items():
             hours = prompts_per_run * run["mean_completion_tokens"] / (run["tokens_per_second"] * gpus) / 3600
-            lines.append(f"| {report['model']} ({report['sampling']}) | {name.replace('_', ' ')} | "
+            lines.append(f"| {path.stem} | {report['model']} ({report['sampling']}) | {name.replace('_', ' ')} | "
                          f"{run['tokens_per_second']:,.0f} | {run['mean_completion_tokens']:.0f} | "
                          f"{run['truncated_fraction']:.1%} | {run['tokens_per_second'] / best:.2f}x | {hours:.1f} |")
         if "greedy_fp32" in report:

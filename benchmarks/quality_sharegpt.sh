@@ -14,14 +14,16 @@
 #   benchmarks/quality_sharegpt.sh all GGUF DATA WORK OUT        # everything in order
 #
 # Seeds are fixed (data.seed, train.seed, warmup.seed, evaluate.seed = 0). Phases are separate so each fits a
-# machine window; WORK keeps the state between them. On one H200: warmup ~7 minutes, train 3 minutes at 400
-# steps (7 at 1,200), evaluate ~9 minutes a draft in float32 (RESULTS.md section 8, run 2, before float32
-# decoding on GPUs moved to eager attention: 2.4x faster plain steps, section 7). Needs, besides
+# machine window; WORK keeps the state between them. On one H200: warmup ~7 minutes with static
+# batches for run 2's ~3,000 prompts, ~10.5 minutes with graphed batches for run 3's 12,000 (4.2M answer
+# tokens), train 3 minutes at 400 steps (7 at 1,200), evaluate ~9 minutes a draft in float32 (RESULTS.md
+# section 8, run 2, before float32 decoding on GPUs moved to eager attention: 2.4x faster plain steps,
+# section 7). Needs, besides
 # flashdraft: specforge==0.2.0 and dflash==0.1.0 (pip install --no-deps). Environment: STEPS (optimizer steps
 # of each draft, default 400), MAX_LENGTH (training length = the answers' limit, default 1024), SHARD_BATCH
 # (prompts a generate call, default 128: 8 processes at 256 ran out of the H200's memory on long ShareGPT
 # prompts), EVAL_NEW_TOKENS (decoded tokens a prompt, default 256; the second-turn benchmark's context answers
-# get twice that), WARMUP_BACKEND (warmup.backend, default static), DEVICE (evaluation: cuda; cpu for a smoke
+# get twice that), WARMUP_BACKEND (warmup.backend, default auto: graphed on a GPU), DEVICE (evaluation: cuda; cpu for a smoke
 # run), ATTENTION (flex; sdpa on a CPU), TRAIN_ARGS
 # (extra key=value settings of both trainings, e.g. for a small smoke run: "data.eval_samples=2
 # train.micro_batch_size=2").
@@ -38,22 +40,24 @@ case $phase in
 warmup)
   gguf=$2 data=$3 work=$4
   mkdir -p "$work"
-  # A 135M model's decode step is host-bound (benchmarks/RESULTS.md section 6): processes side by side
-  # add throughput. Sampled answers (the seed recipe's T=0.8) up to the training length.
+  # One process a shard, side by side: with static batches a 135M model's decode step is host-bound and
+  # processes add throughput; the graphed backend fills the GPU from one process (RESULTS.md section 6),
+  # where the shards only keep each resumable piece small. Sampled answers (the seed recipe's T=0.8) up
+  # to the training length.
   pids=()
   for prompts in "$data"/prompts_*.jsonl; do
     shard=$(basename "$prompts" .jsonl)
     # A cache folder each: processes that materialise the same target into one folder would race.
     run flashdraft warmup --target "$gguf" --prompts "$prompts" --output "$work/warmup_$shard" \
       --cache-dir "$work/cache_$shard" --max-new-tokens "$max_length" --temperature 0.8 --batch-size "${SHARD_BATCH:-128}" \
-      --backend "${WARMUP_BACKEND:-static}" --max-length "$max_length" > "$work/warmup_$shard.log" 2>&1 &
+      --backend "${WARMUP_BACKEND:-auto}" --max-length "$max_length" > "$work/warmup_$shard.log" 2>&1 &
     pids+=($!)
   done
   # The second-turn benchmark: the target answers both user turns greedily; its own first answer is
   # then the context of the second turn.
   run flashdraft warmup --target "$gguf" --prompts "$data/sharegpt_second_turn_source.jsonl" \
     --output "$work/warmup_second_turn" --cache-dir "$work/cache_second_turn" --max-new-tokens $((2 * ${EVAL_NEW_TOKENS:-256})) --temperature 0 \
-    --backend "${WARMUP_BACKEND:-static}" --turns all > "$work/warmup_second_turn.log" 2>&1 &
+    --backend "${WARMUP_BACKEND:-auto}" --turns all > "$work/warmup_second_turn.log" 2>&1 &
   pids+=($!)
   wait_all "${pids[@]}"
   cp "$work/warmup_second_turn/train.jsonl" "$work/sharegpt_second_turn.jsonl"

@@ -157,8 +157,8 @@ class WarmupConfig:
     thinking: bool | None = None  # the chat template's enable_thinking switch; None: its default
     # Prompts per generate call; None: static 8 on a CPU and 64 on a GPU, graphed 64, continuous and vllm 512.
     batch_size: int | None = None
-    # WARMUP_BACKENDS (flashdraft.data.generation): auto takes vLLM where installed on a GPU, else
-    # transformers' continuous batching on a GPU for targets it serves, else static batches.
+    # WARMUP_BACKENDS (flashdraft.data.generation): auto takes vLLM where installed on a GPU, else the
+    # graphed backend (or continuous batching, for sliding windows) on a GPU for targets it serves, else static.
     backend: str = "auto"
     turns: str = "first"  # first: answer each conversation's first user turn | all: every user turn, in order
     seed: int = 0

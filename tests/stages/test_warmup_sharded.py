@@ -120,6 +120,21 @@ def test_graphed_backend_refuses_hybrid_and_sliding_window_targets(tiny_target):
     assert resolve_backend("graphed", full, torch.device("cpu")) == "graphed"
 
 
+def test_auto_backend_takes_the_fastest_that_serves_the_target(tiny_target):
+    """On a GPU, auto means graphed where it can decode the target (10x static batches on SmolLM2 in
+    benchmarks/RESULTS.md), continuous batching for sliding windows, static for hybrids; static on a CPU.
+    (No vLLM here: where it is installed, auto takes it on a GPU.)"""
+    from transformers import AutoConfig, Qwen3Config
+
+    full = AutoConfig.from_pretrained(tiny_target("qwen3"))
+    hybrid = AutoConfig.from_pretrained(tiny_target("nemotron_h"))
+    sliding = Qwen3Config(num_hidden_layers=2, use_sliding_window=True, sliding_window=8, max_window_layers=0,
+                          layer_types=["sliding_attention", "full_attention"])
+    gpu, cpu = torch.device("cuda"), torch.device("cpu")
+    assert [resolve_backend("auto", c, gpu) for c in (full, sliding, hybrid)] == ["graphed", "continuous", "static"]
+    assert {resolve_backend("auto", c, cpu) for c in (full, sliding, hybrid)} == {"static"}
+
+
 PROMPTS = 24
 
 

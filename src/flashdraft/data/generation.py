@@ -5,13 +5,15 @@ on new tokens.
                 transformers path for hybrid (Mamba-2 / linear-attention) targets, which continuous
                 batching does not serve.
     graphed     left-padded batches on one static cache, each decode step replayed as a CUDA graph
-                (`flashdraft.target.batch_decoder`): no per-step host work. GPUs, attention-only targets.
+                (`flashdraft.target.batch_decoder`): no per-step host work. GPUs; attention-only targets
+                without sliding-window layers. The default on GPUs for those: 10x static batches on
+                SmolLM2, 5.4-6.6x on a Qwen3-8B shape, one H200 (benchmarks/RESULTS.md, "Data at scale").
     continuous  transformers' continuous batching (`generate_batch`'s manager: paged attention, CUDA
                 graphs): requests join and leave the running batch one by one, so short answers do not
-                wait for long ones. The default on GPUs for attention-only targets.
+                wait for long ones. The default on GPUs for attention-only targets with sliding windows.
     vllm        vLLM offline inference, where it is installed.
 
-`auto` picks vllm (installed, GPU) > continuous (GPU, a target it serves) > static.
+`auto` picks vllm (installed, GPU) > graphed > continuous (GPU, a target each serves) > static.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import torch
 
 from flashdraft.data.sampling import Sampling, choose, vllm_sampling
 from flashdraft.errors import UserError
-from flashdraft.target.batch_decoder import GRAPHED_REFUSAL, BatchDecoder, static_cache
+from flashdraft.target.batch_decoder import GRAPHED_REFUSAL, BatchDecoder, has_sliding_window, static_cache
 from flashdraft.target.fast_path import recurrent_layers
 
 log = logging.getLogger(__name__)
@@ -74,9 +76,13 @@ def resolve_backend(backend: str, target_config, device: torch.device) -> str:
         static_cache(target_config, 1, GRAPHED_REFUSAL)  # refuses sliding-window layers before weights load
     if backend != "auto":
         return backend
-    if device.type == "cuda" and has_vllm:
+    if device.type != "cuda":
+        return "static"
+    if has_vllm:
         return "vllm"
-    return "continuous" if device.type == "cuda" and not hybrid else "static"
+    if hybrid:
+        return "static"
+    return "continuous" if has_sliding_window(target_config) else "graphed"
 
 
 def load_generator(backend: str, path: Path, tokenizer, stop_ids: Sequence[int], *, seed: int, device: torch.device,

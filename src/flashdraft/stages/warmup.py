@@ -37,8 +37,9 @@ FLAGS = [
     Flag("--batch-size", "warmup.batch_size",
          "prompts per generate call (default: static 8 on a CPU, 64 on a GPU; graphed 64; others 512)",
          {"type": int}),
-    Flag("--backend", "warmup.backend", "auto: vLLM when installed on a GPU, else continuous batching on a GPU "
-         "(attention-only targets), else static batches", {"choices": WARMUP_BACKENDS}),
+    Flag("--backend", "warmup.backend", "auto: vLLM when installed on a GPU, else graphed batches on a GPU "
+         "(attention-only targets; continuous batching where they have sliding windows), else static batches",
+         {"choices": WARMUP_BACKENDS}),
     Flag("--turns", "warmup.turns", "answer each conversation's first user turn, or all of them",
          {"choices": ("first", "all")}),
     Flag("--seed", "warmup.seed", "prompt mixture and sampling seed", {"type": int}),

@@ -42,12 +42,21 @@ def set_cache_length(cache: StaticCache, length: torch.Tensor | int) -> None:
             value.fill_(length)
 
 
+def has_sliding_window(config) -> bool:
+    """Whether a model of `config` has sliding-window attention layers (which static_cache refuses)."""
+    return _sliding(StaticCache(config=config, max_cache_len=1))
+
+
+def _sliding(cache: StaticCache) -> bool:
+    return any(getattr(layer, "is_sliding", False) for layer in cache.layers)
+
+
 def static_cache(config, max_len: int, refusal: str) -> StaticCache:
     """A static KV cache for a model of `config` (its tensors come with the first forward); a UserError
     ending in `refusal` (what to do instead) where the model has sliding-window layers, whose window the
     masks of static-cache decoding do not apply."""
     cache = StaticCache(config=config, max_cache_len=max_len)
-    if any(getattr(layer, "is_sliding", False) for layer in cache.layers):
+    if _sliding(cache):
         raise UserError(f"{getattr(config, 'model_type', 'this model')} has sliding-window attention layers, which "
                         f"static-cache decoding does not handle yet; {refusal}")
     return cache
