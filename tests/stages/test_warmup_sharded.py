@@ -18,6 +18,8 @@ from flashdraft.data import regenerate as regen
 from flashdraft.data.generation import ContinuousGenerator, GraphedGenerator, StaticGenerator, resolve_backend
 from flashdraft.data.sampling import Sampling
 from flashdraft.errors import UserError
+from flashdraft.target.batch_decoder import kv_cache_bytes
+from flashdraft.target.cache_kwarg import cache_kwarg
 from train_helpers import as_in_a_cpu_subprocess, cpu_env
 
 
@@ -102,6 +104,31 @@ def test_graphed_backend_answers_like_static_batches(tiny_target):
     sampled = graphed.generate(prompts, hot, limits, [7])
     assert graphed.generate(prompts, hot, limits, [7]) == sampled != static
     assert graphed.generate(prompts, hot, limits, [8]) != sampled
+
+
+def test_graphed_backend_out_of_memory_names_the_batch_and_the_fix(tiny_target, monkeypatch):
+    """A batch whose cache and prefill do not fit is a UserError naming its size, the KV cache it needs
+    (counted as transformers allocates it) and the settings to change, not a CUDA traceback."""
+    from transformers import StaticCache
+
+    model, prompts, limits = _tiny_model(tiny_target), PADDED, [40, 3, 40, 17]
+    graphed = GraphedGenerator(model, stop_ids=[2], pad_id=0)
+    cache = StaticCache(config=model.config, max_cache_len=6 + 40)
+    model(input_ids=torch.ones((4, 1), dtype=torch.long), use_cache=True, **{cache_kwarg(model): cache})
+    allocated = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+
+    def full(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(graphed.decoder, "decode", full)
+    with pytest.raises(UserError) as raised:
+        graphed.generate(prompts, Sampling(), limits, [0])
+    assert str(raised.value) == (
+        "warmup.backend graphed ran out of GPU memory on a batch of 4 prompts of up to 6 tokens with 40 new tokens "
+        f"each (a {allocated / 2**30:.1f} GiB KV cache, besides the prefill's activations); lower "
+        "warmup.batch_size or warmup.max_length (in a new output folder: both change the batches), or use "
+        "warmup.backend continuous")
+    assert kv_cache_bytes(model.config, 4 * 46, torch.float32) == allocated
 
 
 def test_graphed_backend_refuses_hybrid_and_sliding_window_targets(tiny_target):

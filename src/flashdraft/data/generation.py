@@ -28,7 +28,13 @@ import torch
 
 from flashdraft.data.sampling import Sampling, choose, vllm_sampling
 from flashdraft.errors import UserError
-from flashdraft.target.batch_decoder import GRAPHED_REFUSAL, BatchDecoder, has_sliding_window, static_cache
+from flashdraft.target.batch_decoder import (
+    GRAPHED_REFUSAL,
+    BatchDecoder,
+    has_sliding_window,
+    kv_cache_bytes,
+    static_cache,
+)
 from flashdraft.target.fast_path import recurrent_layers
 
 log = logging.getLogger(__name__)
@@ -152,8 +158,20 @@ class GraphedGenerator:
                  seeds: Sequence[int]) -> list[Completion]:
         # One seed per batch: batches are fixed, so a resumed run draws the same samples.
         generator = torch.Generator(self.decoder.device).manual_seed(seeds[0])
-        rows = self.decoder.decode(prompts, limits, sorted(self.stop_ids),
-                                   lambda logits: choose(logits, sampling, generator)[0])
+        try:
+            rows = self.decoder.decode(prompts, limits, sorted(self.stop_ids),
+                                       lambda logits: choose(logits, sampling, generator)[0])
+        except torch.OutOfMemoryError as err:
+            # One static cache holds the whole batch at its longest prompt plus its largest limit.
+            width, new = max(len(p) for p in prompts), max(limits)
+            cache = kv_cache_bytes(self.decoder.model.config, len(prompts) * (width + new),
+                                   self.decoder.model.dtype)
+            raise UserError(
+                f"warmup.backend graphed ran out of GPU memory on a batch of {len(prompts)} prompts of up to "
+                f"{width} tokens with {new} new tokens each (a {cache / 2**30:.1f} GiB KV cache, besides the "
+                "prefill's activations); lower warmup.batch_size or warmup.max_length (in a new output folder: "
+                "both change the batches), or use warmup.backend continuous"
+            ) from err
         return [completion(row, self.stop_ids, limit) for row, limit in zip(rows, limits)]
 
     def close(self) -> None:

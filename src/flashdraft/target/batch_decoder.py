@@ -42,6 +42,13 @@ def set_cache_length(cache: StaticCache, length: torch.Tensor | int) -> None:
             value.fill_(length)
 
 
+def kv_cache_bytes(config, slots: int, dtype: torch.dtype) -> int:
+    """Bytes of the keys and values of `slots` cache slots (rows x positions) over every layer."""
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return 2 * config.num_hidden_layers * heads * head_dim * slots * torch.empty((), dtype=dtype).element_size()
+
+
 def has_sliding_window(config) -> bool:
     """Whether a model of `config` has sliding-window attention layers (which static_cache refuses)."""
     return _sliding(StaticCache(config=config, max_cache_len=1))
