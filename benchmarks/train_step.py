@@ -13,7 +13,10 @@ the target is replicated or FSDP2-sharded (--shard-target), as in the trainer. V
   peer     - SpecForge 0.2.0's DFlash wrapper (`OnlineDFlashModel` and its draft) in this process, on the
              same target features, FSDP2 wrapping and AdamW (pip install --no-deps specforge==0.2.0)
 The target runs through its last tapped layer only (FrozenTarget.context_features); its forward is also
-timed through all layers, side by side. --samples takes a list (2,4): one run per micro-batch size.
+timed through all layers, and, with the compiled variant, with its decoder layers compiled (the decoding
+loops' CompiledLayers; the largest difference from the eager features is reported too). The table's
+"projected" ratio puts that compiled forward into the compiled variant's step: peer / (compiled - eager
+target forward + compiled target forward). --samples takes a list (2,4): one run per micro-batch size.
 MFU = useful FLOPs (flashdraft.objectives.flops: target forward + draft forward/backward + LM head,
 matmuls only, sparse attention counted as masked) / step time / (GPUs x 780 TFLOP/s, the measured bf16
 matmul rate of an H200; override with --peak-tflops).
@@ -47,6 +50,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, NemotronHConfig, Qwe
 
 from flashdraft.config import Config, TrainConfig, from_dict
 from flashdraft.data import Batch
+from flashdraft.decoding.compiled import CompiledLayers
 from flashdraft.model import DFlashDraftConfig, DFlashDraftModel
 from flashdraft.objectives.dflash import DFlashObjective, decay_gamma
 from flashdraft.target.fast_path import fast_path_status
@@ -303,6 +307,23 @@ def target_forward_time(target: FrozenTarget, batch: Batch, layer_ids, args, dis
     return max_over_ranks(sorted(times)[len(times) // 2], dist)
 
 
+def compiled_target_forward(target: FrozenTarget, batch: Batch, layer_ids, args, dist) -> dict:
+    """The training forward of the target with its decoder layers compiled for this length: its time, and
+    the largest difference of its features from the eager ones (fused kernels round differently)."""
+    ids = batch.input_ids.to(dist.device)
+    try:
+        with CompiledLayers(decoder_layers(target.model)[: max(layer_ids) + 1], {ids.shape[1]}):
+            seconds = target_forward_time(target, batch, layer_ids, args, dist)
+            compiled = target.context_features(ids, layer_ids)
+    except Exception as err:  # a compiler error must not lose the other numbers
+        traceback.print_exc()
+        first = str(err).splitlines()[0] if str(err) else ""
+        return {"target_forward_compiled_error": f"{type(err).__name__}: {first}"}
+    eager = target.context_features(ids, layer_ids)
+    return {"target_forward_compiled_s": seconds,
+            "target_compiled_max_abs_diff": float((compiled.float() - eager.float()).abs().max())}
+
+
 def bench_model(model: str, args, dist) -> list[dict]:
     """One result per micro-batch size in --samples, all against one target."""
     began = time.perf_counter()
@@ -325,6 +346,8 @@ def bench_model(model: str, args, dist) -> list[dict]:
                "target_layers_run": max(taps) + 1, "target_layers": tconfig.num_hidden_layers,
                "target_forward_s": target_forward_time(target, batches[0], taps, args, dist),
                "target_forward_all_layers_s": target_forward_time(target, batches[0], taps, args, dist, all_layers=True),
+               **(compiled_target_forward(target, batches[0], taps, args, dist)
+                  if "compiled" in args.variants else {}),
                "variants": []}
         log(dist, f"{model}, {samples} a micro-batch: target forward {out['target_forward_s']:.3f} s "
                   f"({out['target_forward_all_layers_s']:.3f} s through all layers)")
@@ -355,14 +378,27 @@ def table(results: list[dict]) -> str:
         pairs = (("naive", "fast"), ("fast", "compiled"), ("peer", "fast"), ("peer", "compiled"))
         ratio = "".join(f", {slow}/{quick} step time {done[slow] / done[quick]:.2f}x"
                         for slow, quick in pairs if {slow, quick} <= done.keys())
+        if {"peer", "compiled"} <= done.keys() and "target_forward_compiled_s" in r:
+            saved = r["target_forward_s"] - r["target_forward_compiled_s"]
+            projected = done["peer"] / (done["compiled"] - saved)
+            ratio += f", peer/compiled with a compiled target {projected:.2f}x (projected)"
         kernels = "" if not r["target_fast_path"]["hybrid"] else (
             ", Mamba-2 kernels " + ("on" if r["target_fast_path"]["fast_path"] else "OFF (reference path)"))
         lines.append(f"{'':<14}{r['gpus']} GPU(s), {r['global_batch']} x {r['seq_len']} tokens a step "
                      f"({r['samples_per_micro_batch']} a micro-batch), target "
                      f"{'sharded' if r['target_sharded'] else 'replicated'}; its forward of one micro-batch "
                      f"{r['target_forward_s']:.3f} s through layer {r['target_layers_run']} of {r['target_layers']} "
-                     f"({r['target_forward_all_layers_s']:.3f} s through all){ratio}{kernels}")
+                     f"({r['target_forward_all_layers_s']:.3f} s through all{compiled_target(r)}){ratio}{kernels}")
     return "\n".join(lines)
+
+
+def compiled_target(result: dict) -> str:
+    if "target_forward_compiled_error" in result:
+        return f"; compiled target failed: {result['target_forward_compiled_error']}"
+    if "target_forward_compiled_s" not in result:
+        return ""
+    return (f"; {result['target_forward_compiled_s']:.3f} s with compiled layers, features within "
+            f"{result['target_compiled_max_abs_diff']:.2g} of eager")
 
 
 def main(argv: list[str] | None = None) -> int:
