@@ -190,13 +190,18 @@ def run_variant(name, model, target, tconfig, batches, global_batch: int, args, 
         result.update(error=f"OOM: {str(err).splitlines()[0]}")
     except Exception as err:  # one variant failing (a compiler error, say) must not lose the others' numbers
         traceback.print_exc()
-        result.update(error=f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
+        result.update(error=error_line(err))
     finally:
         step_fn = None
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return result
+
+
+def error_line(err: Exception) -> str:
+    """The exception's type and the first line of its message, for a results file."""
+    return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
 
 
 def our_steps(objective, dconfig, target, batches, args, dist):
@@ -317,8 +322,7 @@ def compiled_target_forward(target: FrozenTarget, batch: Batch, layer_ids, args,
             compiled = target.context_features(ids, layer_ids)
     except Exception as err:  # a compiler error must not lose the other numbers
         traceback.print_exc()
-        first = str(err).splitlines()[0] if str(err) else ""
-        return {"target_forward_compiled_error": f"{type(err).__name__}: {first}"}
+        return {"target_forward_compiled_error": error_line(err)}
     eager = target.context_features(ids, layer_ids)
     return {"target_forward_compiled_s": seconds,
             "target_compiled_max_abs_diff": float((compiled.float() - eager.float()).abs().max())}

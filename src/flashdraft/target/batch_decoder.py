@@ -46,7 +46,7 @@ def kv_cache_bytes(config, slots: int, dtype: torch.dtype) -> int:
     """Bytes of the keys and values of `slots` cache slots (rows x positions) over every layer."""
     heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    return 2 * config.num_hidden_layers * heads * head_dim * slots * torch.empty((), dtype=dtype).element_size()
+    return 2 * config.num_hidden_layers * heads * head_dim * slots * dtype.itemsize
 
 
 def has_sliding_window(config) -> bool:
