@@ -17,6 +17,7 @@ import logging
 from pathlib import Path
 
 import torch
+import transformers
 
 from flashdraft.files import write_json
 
@@ -33,7 +34,7 @@ def fingerprint(settings: dict, draft: Path, prompts: dict[str, list[torch.Tenso
         digest.update(name.encode())
         for ids in encoded:
             digest.update(ids.cpu().numpy().tobytes())
-    digest.update(f"{torch.__version__} {__import__('transformers').__version__}".encode())
+    digest.update(f"{torch.__version__} {transformers.__version__}".encode())
     return digest.hexdigest()
 
 

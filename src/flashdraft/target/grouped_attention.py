@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from transformers import AttentionInterface, AttentionMaskInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import sdpa_mask
 
 # No "flash" in the name: transformers takes any name containing it for a flash-attention kernel.
 NAME = "grouped_sdpa"
@@ -22,8 +25,6 @@ def grouped_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor
                  **kwargs) -> tuple[torch.Tensor, None]:
     """transformers' attention-function signature: query [B, H, q, D], key/value [B, H_kv, L, D], a 4-D
     mask [B or 1, 1, q, >= L] -> ([B, q, H, D], None)."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     batch, heads, length, dim = query.shape
     groups = heads // key.shape[1]
     if attention_mask is None or groups == 1 or dropout > 0:
@@ -39,9 +40,6 @@ def grouped_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor
 
 def register() -> str:
     """Make NAME an attention implementation transformers models can switch to (masks built as for sdpa)."""
-    from transformers import AttentionInterface, AttentionMaskInterface
-    from transformers.masking_utils import sdpa_mask
-
     AttentionInterface.register(NAME, grouped_sdpa)
     AttentionMaskInterface.register(NAME, sdpa_mask)
     return NAME
