@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Draft quality side by side with the peer trainer (issue 22): SmolLM2-135M-Instruct answers ShareGPT
-# first turns and the packaged mix (T=0.8, up to the training length); two drafts train on the same
+# first turns and the packaged mix (its model card's sampling, up to the training length); two drafts train on the same
 # prepared data, in the same order, with the same draft, optimizer, schedule and number of steps:
 # flashdraft's objective and SpecForge 0.2.0's (benchmarks/peer_objective.py, run inside flashdraft's
 # trainer by benchmarks/peer_train.py); both are evaluated by `flashdraft evaluate` on the same GPU.
@@ -23,7 +23,7 @@
 # of each draft, default 400), MAX_LENGTH (training length = the answers' limit, default 1024), SHARD_BATCH
 # (prompts a generate call, default 128: 8 processes at 256 ran out of the H200's memory on long ShareGPT
 # prompts), EVAL_NEW_TOKENS (decoded tokens a prompt, default 256; the second-turn benchmark's context answers
-# get twice that), WARMUP_BACKEND (warmup.backend, default auto: graphed on a GPU), DEVICE (evaluation: cuda; cpu for a smoke
+# get twice that), TEMPERATURE and TOP_P (the answers' sampling, default 0.2 and 0.9), WARMUP_BACKEND (warmup.backend, default auto: graphed on a GPU), DEVICE (evaluation: cuda; cpu for a smoke
 # run), ATTENTION (flex; sdpa on a CPU), TRAIN_ARGS
 # (extra key=value settings of both trainings, e.g. for a small smoke run: "data.eval_samples=2
 # train.micro_batch_size=2").
@@ -42,14 +42,16 @@ warmup)
   mkdir -p "$work"
   # One process a shard, side by side: with static batches a 135M model's decode step is host-bound and
   # processes add throughput; the graphed backend fills the GPU from one process (RESULTS.md section 6),
-  # where the shards only keep each resumable piece small. Sampled answers (the seed recipe's T=0.8) up
+  # where the shards only keep each resumable piece small. Sampled answers with the target's recommended
+  # settings (SmolLM2-135M-Instruct's card: T=0.2, top-p 0.9; runs 1 to 3 used the Nemotron recipe's
+  # T=0.8, where a quarter of the answer tokens are not the target's greedy choice: RESULTS.md section 8) up
   # to the training length.
   pids=()
   for prompts in "$data"/prompts_*.jsonl; do
     shard=$(basename "$prompts" .jsonl)
     # A cache folder each: processes that materialise the same target into one folder would race.
     run flashdraft warmup --target "$gguf" --prompts "$prompts" --output "$work/warmup_$shard" \
-      --cache-dir "$work/cache_$shard" --max-new-tokens "$max_length" --temperature 0.8 --batch-size "${SHARD_BATCH:-128}" \
+      --cache-dir "$work/cache_$shard" --max-new-tokens "$max_length" --temperature "${TEMPERATURE:-0.2}" --top-p "${TOP_P:-0.9}" --batch-size "${SHARD_BATCH:-128}" \
       --backend "${WARMUP_BACKEND:-auto}" --max-length "$max_length" > "$work/warmup_$shard.log" 2>&1 &
     pids+=($!)
   done

@@ -230,6 +230,16 @@ def test_bad_benchmarks_and_budgets_are_clear_errors(tiny_target, drafts, tmp_pa
     assert not (tmp_path / "r.json").exists()
 
 
+def test_a_benchmark_file_with_line_separators_inside_its_text_loads(tmp_path):
+    # JSON writers (ours with ensure_ascii=False among them) leave U+2028 and U+0085 unescaped; they are
+    # text inside a row, not the end of one.
+    prompts = ["first\u2028line", "next\x85line\u2029"]
+    path = tmp_path / "separators.jsonl"
+    path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": p}]}, ensure_ascii=False) + "\n"
+                            for p in prompts), encoding="utf-8")
+    assert [p[0]["content"] for p in load_benchmark(str(path)).prompts] == prompts
+
+
 def test_packaged_benchmarks_load_offline():
     gsm8k, humaneval, chat = (load_benchmark(name) for name in ("gsm8k", "humaneval", "chat"))
     assert len(gsm8k.prompts) == 1319 and "Janet" in gsm8k.prompts[0][0]["content"]

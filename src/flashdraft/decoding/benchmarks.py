@@ -130,7 +130,9 @@ def _from_file(path: Path) -> tuple[str, list[list[dict]]]:
         if path.suffix == ".json" and text.lstrip().startswith("["):
             rows = json.loads(text)
         else:
-            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+            # Lines end at "\n" only: str.splitlines would also split inside a JSON string at U+2028 and
+            # similar characters, which chat text contains and JSON writers leave unescaped.
+            rows = [json.loads(line) for line in text.split("\n") if line.strip()]
     except json.JSONDecodeError as err:
         raise UserError(f"benchmark file {path} is not JSON lines: {err}") from err
     prompts = []
