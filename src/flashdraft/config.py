@@ -189,6 +189,10 @@ class ObjectiveConfig:
     # batch length on the first steps). None: the rule in DFlashObjective.use_device (on GPUs, for
     # drafts wide enough to gain).
     compile_layers: bool | None = None
+    # dflash: torch.compile the frozen target's decoder layers through the last tap (one graph per padded
+    # batch length, as the draft's). None: the rule in DFlashObjective.use_device (on GPUs, for
+    # attention-only targets wide enough to gain).
+    compile_target: bool | None = None
     # mdlm / hybrid (diffusion LMs): the model itself is trained; see objectives/mdlm.py, hybrid.py.
     mask_token_id: int | None = None  # None: the tokenizer's mask token
     mdlm_eps: float = 1e-3  # mask probability p = (1 - eps) t + eps, t ~ U(0, 1)

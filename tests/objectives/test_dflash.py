@@ -13,6 +13,7 @@ from flashdraft.data import Batch
 from flashdraft.errors import UserError
 from flashdraft.objectives.chunked_ce import linear_cross_entropy
 from flashdraft.objectives.dflash import DFlashObjective, decay_gamma, slot_weights
+from flashdraft.target.frozen import decoder_layers
 from flashdraft.target.source import load_target_config, load_tokenizer
 
 
@@ -154,6 +155,48 @@ def test_compiled_layers_match_eager_layers(tiny_target):
         torch.testing.assert_close(l1, l0, atol=1e-5, rtol=1e-5)
         for x, y in zip(g1, g0):
             torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("asked, device, model_type, hidden, compiled", [
+    (None, "cuda", "qwen3", 4096, True), (None, "cuda", "qwen3", 576, False), (None, "cpu", "qwen3", 4096, False),
+    (None, "cuda", "nemotron_h", 4096, False), (False, "cuda", "qwen3", 4096, False), (True, "cpu", "qwen3", 64, True),
+])
+def test_target_layers_compile_by_the_measured_rule(tiny_target, asked, device, model_type, hidden, compiled):
+    """objective.compile_target unset: compiled on CUDA for attention-only targets at least
+    COMPILE_MIN_HIDDEN wide (measured faster there), never for hybrids; a value the user gives wins."""
+    path = tiny_target(model_type)
+    config = make_config(path, compile_target=asked, compile_layers=False, attention="sdpa")
+    objective = DFlashObjective.plan(config, load_target_config(str(path)), load_tokenizer(str(path)))
+    objective.target_config.hidden_size = hidden  # the rule reads the width only; nothing is built
+    objective.use_device(torch.device(device))
+    assert objective.compile_target is compiled
+    assert objective.pad_multiple == (128 if compiled else 1)
+
+
+def test_compiled_target_layers_give_the_eager_features_loss_and_gradients(tiny_target):
+    """objective.compile_target: the target's layers through the last tap run compiled, the taps' hooks
+    still see their outputs, and the loss and the draft's gradients are the eager target's."""
+    from torch._dynamo.utils import counters
+
+    eager_objective, eager = make_objective(tiny_target("qwen3"), num_anchors=4, compile_layers=False)
+    objective, draft = make_objective(tiny_target("qwen3"), num_anchors=4, compile_layers=False, compile_target=True)
+    draft.load_state_dict(eager.state_dict())
+    layers = decoder_layers(objective.target.model)
+    last = max(objective.draft_config.target_layer_ids)
+    assert all(hasattr(layer.forward, "_torchdynamo_orig_callable") for layer in layers[: last + 1])
+    assert not any(hasattr(layer.forward, "_torchdynamo_orig_callable") for layer in layers[last + 1 :])
+    prepared = objective.prepare(make_batch(), step=1)
+    compiled_frames = counters["frames"]["ok"]
+    results = []
+    for s, model in ((eager_objective, eager), (objective, draft)):
+        loss_sum, _ = s.loss(model, prepared)
+        loss_sum.backward()
+        results.append((loss_sum.detach(), [p.grad.clone() for p in model.parameters()]))
+    assert counters["frames"]["ok"] > compiled_frames  # the compiled layers ran, not an eager fallback
+    (l0, g0), (l1, g1) = results
+    torch.testing.assert_close(l1, l0, atol=1e-5, rtol=1e-5)
+    for x, y in zip(g1, g0):
+        torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-4)
 
 
 def test_linear_cross_entropy_chunks_match_autograd():

@@ -1,6 +1,6 @@
 """One global batch of 4 gives the same gradients as 1 x 4, 2 x 2 accumulation and 2 ranks x 2 (gloo;
-also with the target sharded and with compiled draft layers), and the held-out evaluation gives the
-same numbers on 1 and 2 ranks.
+also with the target sharded, with compiled draft layers and with a sharded target's compiled layers), and
+the held-out evaluation gives the same numbers on 1 and 2 ranks.
 
 Run as a script (`python tests/train/test_train_distributed.py JSON`, alone or under torchrun) it is the probe:
 for each [OUT, overrides] pair in JSON it builds a trainer, accumulates the gradients of step 0 and saves
@@ -72,12 +72,15 @@ def test_same_gradients_for_any_split(tiny_target, tmp_path):
             "data.eval_samples": 3, **extra})
 
     one, accum = run_probes(tmp_path, {"one": args("one", 4, 1), "accum": args("accum", 2, 2)})
-    # Compiled draft layers (objective.compile_layers) under FSDP2 on 2 ranks: the same numbers too.
-    ranks, sharded, compiled = run_probes(tmp_path, {
+    # Compiled draft layers (objective.compile_layers) under FSDP2 on 2 ranks, and compiled layers of a
+    # sharded target (objective.compile_target): the same numbers too.
+    ranks, sharded, compiled, compiled_target = run_probes(tmp_path, {
         "ranks": args("ranks", 1, 2), "sharded": args("sharded", 1, 2, **{"train.shard_target": "true"}),
-        "compiled": args("compiled", 1, 2, **{"objective.compile_layers": "true"})}, nproc=2)
+        "compiled": args("compiled", 1, 2, **{"objective.compile_layers": "true"}),
+        "compiled_target": args("compiled_target", 1, 2, **{"train.shard_target": "true",
+                                                            "objective.compile_target": "true"})}, nproc=2)
     assert float(one["sums"]["targets"]) > 0
-    for other in (accum, ranks, sharded, compiled):
+    for other in (accum, ranks, sharded, compiled, compiled_target):
         assert torch.equal(other["sums"]["targets"], one["sums"]["targets"])
         torch.testing.assert_close(other["sums"]["loss_sum"], one["sums"]["loss_sum"], rtol=1e-6, atol=1e-5)
         assert one["grads"].keys() == other["grads"].keys()
@@ -85,7 +88,7 @@ def test_same_gradients_for_any_split(tiny_target, tmp_path):
             torch.testing.assert_close(other["grads"][name], grad, rtol=1e-4, atol=1e-6, msg=name)
     assert any(g.abs().sum() > 0 for g in one["grads"].values())
     assert one["eval"]["eval_supervised_tokens"] > 0
-    for other in (accum, ranks, sharded, compiled):
+    for other in (accum, ranks, sharded, compiled, compiled_target):
         assert other["eval"].keys() == one["eval"].keys()
         for key, value in one["eval"].items():
             assert other["eval"][key] == pytest.approx(value, rel=1e-5, abs=1e-6), key

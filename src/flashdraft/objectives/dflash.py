@@ -25,6 +25,7 @@ from flashdraft.model.build import initial_draft_config
 from flashdraft.objectives.block_mask import FLEX_BLOCK, dense_mask, flex_block_mask
 from flashdraft.objectives.chunked_ce import linear_cross_entropy
 from flashdraft.objectives.flops import DecoderFlops, draft_train_flops
+from flashdraft.target.fast_path import recurrent_layers
 from flashdraft.target.frozen import FrozenTarget, decoder_layers
 from flashdraft.target.source import check_draft_fits
 
@@ -52,15 +53,23 @@ def slot_weights(block_size: int, gamma: float) -> torch.Tensor:
     return weights.float()
 
 
-# Draft width from which compiled layers train faster on a GPU. Measured on one H200 (benchmarks/RESULTS.md
-# sections 5 and 7): hidden 4096 (Qwen3-8B) 1.11x and 2688 (Nemotron-3-Nano) 1.14x faster; hidden 576
-# (SmolLM2-135M) 1.20x slower, where a step is a few small kernels and the compiled call's own cost shows.
+# Width from which compiled layers run faster on a GPU. Measured on one H200 (benchmarks/RESULTS.md
+# sections 5 and 7): draft layers at hidden 4096 (Qwen3-8B) 1.11x and 2688 (Nemotron-3-Nano) 1.14x faster,
+# at 576 (SmolLM2-135M) 1.20x slower, where a step is a few small kernels and the compiled call's own cost
+# shows; the target's training forward at hidden 4096 (Qwen3-8B, 4096 tokens) 1.30x faster.
 COMPILE_MIN_HIDDEN = 2048
 
 
 def compiles_faster(draft_config: DFlashDraftConfig, device: torch.device) -> bool:
     """Whether compiled draft layers are the faster choice on `device` (objective.compile_layers unset)."""
     return device.type == "cuda" and draft_config.hidden_size >= COMPILE_MIN_HIDDEN
+
+
+def target_compiles_faster(target_config, device: torch.device) -> bool:
+    """Whether the frozen target's compiled layers are the faster choice (objective.compile_target unset).
+    Not for hybrids: their Mamba-2 layers run their own kernels, which the compiler would only wrap."""
+    return (device.type == "cuda" and not recurrent_layers(target_config)
+            and target_config.hidden_size >= COMPILE_MIN_HIDDEN)
 
 
 def sample_seed(seed: int, step: int, sample_id: int) -> int:
@@ -114,6 +123,7 @@ class DFlashObjective:
         self.target: FrozenTarget | None = None
         self.target_flops: DecoderFlops | None = None
         self.use_flex = False
+        self.compile_layers = self.compile_target = False  # use_device decides
         self.compute_dtype = torch.float32  # use_device picks bf16 on GPUs
 
     @classmethod
@@ -140,11 +150,13 @@ class DFlashObjective:
         self.compute_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
         chosen = self.config.objective.compile_layers
         self.compile_layers = compiles_faster(self.draft_config, device) if chosen is None else chosen
+        chosen = self.config.objective.compile_target
+        self.compile_target = target_compiles_faster(self.target_config, device) if chosen is None else chosen
 
     @property
     def compiles(self) -> bool:
-        """FlexAttention or compiled draft layers."""
-        return self.use_flex or self.compile_layers
+        """FlexAttention, compiled draft layers or compiled target layers."""
+        return self.use_flex or self.compile_layers or self.compile_target
 
     @property
     def pad_multiple(self) -> int:
@@ -165,6 +177,8 @@ class DFlashObjective:
             model.compile_layers()
         # Only the layers through the last tap run (FrozenTarget.context_features).
         last = max(self.draft_config.target_layer_ids)
+        if self.compile_target:  # before the trainer shards the target (train.shard_target), likewise
+            target.compile_layers(last)
         self.target_flops = DecoderFlops(decoder_layers(target.model)[: last + 1], self.target_config)
 
     # -- one step ------------------------------------------------------------------------------

@@ -144,6 +144,23 @@ class FrozenTarget:
     def lm_head(self) -> nn.Linear:
         return self.model.get_output_embeddings()
 
+    def compile_layers(self, through: int) -> None:
+        """torch.compile the forward of decoder layers 0..`through` (the ones context_features runs): their
+        norms, rotary embedding and activations fuse, the matmuls stay cuBLAS's.
+
+        The forward, not the module call, so the taps' hooks (and FSDP2's, where the target is sharded)
+        stay eager around each layer. Without a cache the layers share their graphs: one per padded
+        batch length (and with or without padding), so callers pad batches to a few lengths.
+        """
+        for layer in decoder_layers(self.model)[: through + 1]:
+            layer.forward = torch.compile(layer.forward, dynamic=False)
+
+    def eager_layers(self) -> None:
+        """Undo compile_layers: every layer runs its class's forward again (benchmarks that time the
+        same target both ways)."""
+        for layer in decoder_layers(self.model):
+            layer.__dict__.pop("forward", None)
+
     @torch.no_grad()
     def context_features(
         self,

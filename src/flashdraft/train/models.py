@@ -18,8 +18,15 @@ from flashdraft.target.frozen import FrozenTarget, decoder_layers, load_causal_l
 from flashdraft.target.source import load_tokenizer, source_of
 
 # Compiled code keeps one graph per padded batch length; torch's default of 8 would fall back to the slow
-# eager path on a longer tail of lengths.
+# eager path on a longer tail of lengths, silently.
 RECOMPILE_LIMIT = 64
+
+
+def recompile_limit(config: Config, objective: Objective) -> int:
+    """Graphs one compiled code object may keep: one per padded batch length, for batches with and without
+    padding (the target's layers get a mask or none), at the full micro-batch and a smaller last one."""
+    lengths = -(-config.data.max_length // max(objective.pad_multiple, 1))
+    return max(RECOMPILE_LIMIT, 4 * lengths)
 
 
 @dataclass
@@ -42,7 +49,10 @@ def _load_lm(target: TargetConfig, device: torch.device, path: str | None = None
 def load_models(config: Config, objective: Objective, device: torch.device) -> Models:
     """Load what `objective` trains onto `device` (after its `use_device`) and bind the objective to it."""
     if objective.compiles:
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+        limit, dynamo = recompile_limit(config, objective), torch._dynamo.config
+        dynamo.recompile_limit = max(dynamo.recompile_limit, limit)
+        # The draft's and the target's layers are two code objects, each with up to `limit` graphs.
+        dynamo.accumulated_recompile_limit = max(dynamo.accumulated_recompile_limit, 2 * limit)
     if objective.draft_config is not None:
         target = FrozenTarget(_load_lm(config.target, device))
         model = initial_draft(config.draft, objective.draft_config).to(device).train()
