@@ -127,6 +127,30 @@ def test_model_names_that_break_filters_or_paths_are_refused_first(store, tmp_pa
     assert not client.search_runs([e.experiment_id for e in client.search_experiments()])  # no run, not even FAILED
 
 
+def test_the_lock_is_taken_when_its_holder_releases_it_during_a_colliding_create(store, monkeypatch):
+    """MLflow answers a create that collides with an existing name by reading that model back; when the
+    holder deletes it in between, the create fails with RESOURCE_DOES_NOT_EXIST (seen once in the
+    concurrent test below, in trial 15 of a CI run). That is a released lock: try again, do not fail."""
+    from mlflow.exceptions import RestException
+
+    client = MlflowClient(store)
+    create = client.create_registered_model
+    calls = []
+
+    def racing_create(name, *args, **kwargs):
+        calls.append(name)
+        if len(calls) == 1:
+            raise RestException({"error_code": "RESOURCE_DOES_NOT_EXIST",
+                                 "message": f"Registered Model with name={name} not found"})
+        return create(name, *args, **kwargs)
+
+    monkeypatch.setattr(client, "create_registered_model", racing_create)
+    lock = NAME + registry.LOCK_SUFFIX
+    with registry.promotion_lock(client, NAME):
+        assert client.get_registered_model(lock).name == lock
+    assert calls == [lock, lock] and not client.search_registered_models(f"name = '{lock}'")
+
+
 def _promote_in_process(args):
     uri, draft, tau, name = args
     return promote(uri, draft, report(tau=tau), name=name).alias

@@ -189,6 +189,10 @@ def promotion_lock(client, name: str) -> Iterator[None]:
                                            description=f"held while a draft of {name} is promoted")
             break
         except MlflowException as err:
+            # MLflow answers a create that collides with an existing name by reading that model back; when
+            # its holder deletes it in between, the create fails with RESOURCE_DOES_NOT_EXIST: released.
+            if "RESOURCE_DOES_NOT_EXIST" in str(err.error_code) and time.monotonic() < deadline:
+                continue
             if "ALREADY_EXISTS" not in str(err.error_code) and "already exists" not in str(err).lower():
                 raise
         try:
