@@ -13,8 +13,8 @@ the target is replicated or FSDP2-sharded (--shard-target), as in the trainer. V
   peer     - SpecForge 0.2.0's DFlash wrapper (`OnlineDFlashModel` and its draft) in this process, on the
              same target features, FSDP2 wrapping and AdamW (pip install --no-deps specforge==0.2.0)
 The target runs through its last tapped layer only (FrozenTarget.context_features), with its decoder layers
-compiled in our variants where the trainer compiles them (objective.compile_target's rule: attention-only
-targets of hidden >= 2048 on a GPU) and eagerly in the peer's, as SpecForge runs it. Its forward is also
+compiled in fast and compiled where the trainer compiles them (objective.compile_target's rule: attention-only
+targets of hidden >= 2048 on a GPU) and eagerly in naive and peer (as SpecForge runs it). Its forward is also
 timed alone: eagerly through the tapped layers and through all layers, and, with the compiled variant,
 compiled as the trainer does (with how far those features are from the eager ones, largest and relative
 to their norm). --samples takes a list (2,4): one run per micro-batch size.
@@ -145,7 +145,10 @@ def run_variant(name, model, target, tconfig, batches, global_batch: int, args, 
         "target": {"dtype": dtype},
         "objective": {"num_anchors": args.anchors, "lm_head_chunk": args.chunk if fast else 0,
                      "attention": "flex" if fast and device.type == "cuda" else "sdpa",
-                     "compile_layers": name == "compiled"},
+                     "compile_layers": name == "compiled",
+                     # fast and compiled follow the trainer's rule; the naive baseline and the peer (whose
+                     # objective binds for FLOP accounting only) run the target eagerly, as SpecForge does.
+                     "compile_target": None if fast else False},
     })
     dconfig = draft_config(model, tconfig)
     objective = DFlashObjective(config, dconfig, tconfig)
@@ -153,7 +156,7 @@ def run_variant(name, model, target, tconfig, batches, global_batch: int, args, 
     began_variant = time.perf_counter()
     result = {"variant": name, "attention": "flex" if name == "peer" else config.objective.attention,
               "lm_head_chunk": config.objective.lm_head_chunk,
-              "target_compiled": name != "peer" and objective.compile_target}
+              "target_compiled": objective.compile_target}
     try:
         step_fn = (peer_steps if name == "peer" else our_steps)(objective, dconfig, target, batches, args, dist)
         times, losses = [], []
@@ -194,7 +197,7 @@ def run_variant(name, model, target, tconfig, batches, global_batch: int, args, 
         result.update(error=error_line(err))
     finally:
         step_fn = None
-        target.eager_layers()  # the next variant starts from the eager target (the peer keeps it)
+        target.eager_layers()  # every variant starts from the eager target
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
