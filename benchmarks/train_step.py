@@ -7,7 +7,8 @@ fp32 reduce) and AdamW. A step = anchors + target forward + draft forward/backwa
 every micro-batch of the global batch (the trainer's `accumulate_gradients`), then clip + optimizer step.
 Under torchrun the global batch is split over the ranks (--global-batch, --samples per micro-batch) and
 the target is replicated or FSDP2-sharded (--shard-target), as in the trainer. Variants:
-  compiled - fast + every draft layer compiled (objective.compile_layers, the Nemotron recipe's setting)
+  compiled - fast + every draft layer compiled (objective.compile_layers: the trainer's default on a GPU
+             for drafts >= 2048 wide)
   fast     - FlexAttention block mask + chunked LM-head cross-entropy (the trainer's defaults on a GPU)
   naive    - dense boolean mask with SDPA + full [tokens x vocab] logits (the ratio baseline; OOM is reported)
   peer     - SpecForge 0.2.0's DFlash wrapper (`OnlineDFlashModel` and its draft) in this process, on the
