@@ -13,6 +13,10 @@ trainer's own evaluation code runs, so the numbers are those a training run woul
 Why: a training run's held-out expected tau can sit far above the tau that speculative decoding reaches
 (benchmarks/RESULTS.md section 4). Scoring the target's own answers to the decoding prompts separates a
 difference in the data from a difference between the two measures.
+
+--anchors tail scores only the blocks that training never starts: anchors within the block size of a
+sample's end (the reference's rule stops B tokens before it, SpecForge's does not), whose slots past the
+end are unsupervised. Decoding starts a block at every accepted position, the answer's last ones too.
 """
 
 from __future__ import annotations
@@ -35,12 +39,25 @@ def parse_evals(items: list[str]) -> dict[str, str]:
     return evals
 
 
+def tail_anchor_positions(block_size: int):
+    """The anchor rule of --anchors tail: positions a > length - B whose token and next token are supervised."""
+    import torch
+
+    def positions(loss_mask: torch.Tensor, length: int) -> torch.Tensor:
+        a = torch.arange(max(length - block_size + 1, 0), length - 1)
+        return a[loss_mask[a] & loss_mask[a + 1]]
+
+    return positions
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", help="the recipe or YAML the draft was trained with (e.g. smollm2_135m)")
     parser.add_argument("--draft", type=Path, required=True, help="an exported draft folder (train.output_dir/export)")
     parser.add_argument("--eval", nargs="+", required=True, metavar="NAME=SPEC", help="held-out sets to score")
     parser.add_argument("--out", type=Path, required=True, help="JSON file for the numbers")
+    parser.add_argument("--anchors", choices=["train", "tail"], default="train",
+                        help="train: the training rule's anchors; tail: only those within a block of the end")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
     args = parser.parse_args(argv)
     evals = parse_evals(args.eval)
@@ -64,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
                                                    "data.eval_samples=0", "train.micro_batch_size=1",
                                                    "train.grad_accum_steps=1", f"train.output_dir={scratch}/{name}"])
                 trainer = Trainer(config)
+                if args.anchors == "tail":
+                    trainer.objective.anchor_positions = tail_anchor_positions(trainer.objective.block_size)
                 if not trainer.eval_set:
                     raise SystemExit(f"error: {name}: no sample of {spec} has enough supervised tokens to score")
                 scores = trainer.evaluate()
@@ -73,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{scores['samples']} samples", flush=True)
     finally:
         teardown()
-    write_json(args.out, {"draft": str(args.draft), "config": args.config, "overrides": args.overrides,
-                          "results": results}, indent=1)
+    write_json(args.out, {"draft": str(args.draft), "config": args.config, "anchors": args.anchors,
+                          "overrides": args.overrides, "results": results}, indent=1)
     return 0
 
 

@@ -81,11 +81,12 @@ def heldout_tau(folder: Path) -> dict[str, dict]:
     return out
 
 
-def markdown(rows: list[dict], teacher: dict[str, dict], settings: dict) -> str:
+def markdown(rows: list[dict], teacher: dict[str, dict], settings: dict, note: str = "") -> str:
     lines = [
         f"Evaluation: {settings['device_name']}, {settings['dtype']}, greedy, {settings['max_new_tokens']} new "
         f"tokens, block {settings['block_size']}, compiled layers {settings['compiled']}, torch "
         f"{settings['versions']['torch']}, transformers {settings['versions']['transformers']}.",
+        *([note] if note else []),
         "",
         "| benchmark | prompts | tau pooled (flashdraft / peer) | tau per request | speedup | plain ms a token "
         "| draft+verify ms a step | lossless |",
@@ -148,6 +149,7 @@ def plot_curves(folder: Path, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", type=Path, help="the evidence folder of quality_sharegpt.sh collect")
+    parser.add_argument("--note", default="", help="a line under the heading: how this run differed from the script")
     args = parser.parse_args(argv)
     needed = [f"{name}_{part}" for name in DRAFTS
               for part in ("report.json", "heldout_tau.json", "training_curve.jsonl")]
@@ -156,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"error: {args.folder} lacks {', '.join(missing)}; give the folder that "
                          "`quality_sharegpt.sh collect WORK OUT` wrote")
     settings = json.loads((args.folder / "flashdraft_report.json").read_text())["settings"]
-    text = markdown(benchmark_rows(args.folder), heldout_tau(args.folder), settings)
+    text = markdown(benchmark_rows(args.folder), heldout_tau(args.folder), settings, args.note)
     write_text(args.folder / "quality.md", text)
     plot_curves(args.folder, args.folder / "training_curves.png")
     print(text)

@@ -58,3 +58,22 @@ def test_bad_eval_argument_names_the_problem(tmp_path, args, says):
 def test_a_folder_without_a_draft_is_refused(tmp_path):
     done = _score("--draft", str(tmp_path), "--eval", "a=x.jsonl", "--out", str(tmp_path / "s.json"))
     assert done.returncode != 0 and "has no config.json" in done.stderr and not (tmp_path / "s.json").exists()
+
+
+def test_tail_anchors_are_exactly_the_ones_the_training_rule_leaves_out():
+    import torch
+
+    sys.path.insert(0, str(SCRIPT.parent))
+    import heldout_tau
+
+    from flashdraft.objectives.dflash import valid_anchor_positions
+
+    block, length = 4, 20
+    mask = torch.zeros(24, dtype=torch.bool)
+    mask[6:length] = True  # the answer: positions 6..19; 20.. is padding
+    tail = heldout_tau.tail_anchor_positions(block)(mask, length)
+    train = valid_anchor_positions(mask, length, block)
+    assert tail.tolist() == [17, 18] and train.tolist() == list(range(6, 17))
+    # together: every position whose token and next token are supervised (SpecForge's rule)
+    assert sorted(tail.tolist() + train.tolist()) == [a for a in range(length - 1) if mask[a] and mask[a + 1]]
+    assert heldout_tau.tail_anchor_positions(block)(mask, 2).tolist() == []  # shorter than a block

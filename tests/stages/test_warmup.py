@@ -19,6 +19,7 @@ from flashdraft.cli import main
 from flashdraft.config import TargetConfig, WarmupConfig
 from flashdraft.data import regenerate as regen
 from flashdraft.data.generation import Completion, StaticGenerator
+from flashdraft.data.repetition import LOOP_WINDOW, looped_tokens
 from flashdraft.data.sampling import Sampling
 from flashdraft.data.sources import load_chat_dataset
 from flashdraft.data.warmup import run_warmup
@@ -317,3 +318,42 @@ def test_batches_hold_prompts_of_similar_length_and_the_dataset_keeps_prompt_ord
     kept = regen.completed_path(tmp_path / "straight", 0).read_text().splitlines(keepends=True)[:3]
     regen.completed_path(resumed, 0).write_text("".join(kept))
     assert run(resumed) == straight
+
+
+def test_looped_tokens_counts_verbatim_repeats_of_a_window():
+    assert looped_tokens(list(range(100)), window=4) == 0
+    # a 5-token phrase said 4 times: every token after the first window-long stretch repeats one
+    assert looped_tokens([1, 2, 3, 4, 5] * 4, window=4) == 20 - 4 - 4
+    assert looped_tokens([7] * 10, window=4) == 6
+    assert looped_tokens([7] * 3, window=4) == 0  # shorter than the window
+
+
+def test_stats_report_the_looped_share_and_warn_on_loops(tmp_path, caplog):
+    """An answer that loops is counted token by token (the regenerated batches keep the counts, so a
+    resumed run reports the same share) and above the threshold the warmup says so; distinct tokens
+    report zero and no warning."""
+    tokenizer = tiny_tokenizer()
+    rows = [{"id": f"p{i}", "source": "test", "messages": [{"role": "user", "content": f"q{i}"}]} for i in range(4)]
+    phrase = list(range(10, 50))  # 40 distinct tokens, longer than the window
+
+    class Answers:
+        def __init__(self, looping: bool):
+            self.looping = looping
+
+        def generate(self, prompts, sampling, limits, seeds):
+            ids = phrase * 3 if self.looping else list(range(10, 130))
+            return [Completion(ids[:limit], "length") for limit in limits]
+
+    def stats(looping: bool, work: Path) -> dict:
+        regen.regenerate(rows, tokenizer=tokenizer, generator=Answers(looping), sampling=Sampling(),
+                         max_new_tokens=120, work_dir=work, batch_size=2)
+        return regen.assemble(work, work / "train.jsonl", [r["id"] for r in rows])
+
+    with caplog.at_level("WARNING", logger="flashdraft.data.regenerate"):
+        looped = stats(True, tmp_path / "loops")
+    assert looped["looped_fraction"] == round((120 - 40 - (LOOP_WINDOW - 1)) / 120, 4)
+    assert "loops at these sampling settings" in caplog.text and "warmup.temperature" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="flashdraft.data.regenerate"):
+        assert stats(False, tmp_path / "plain")["looped_fraction"] == 0.0
+    assert "loops" not in caplog.text

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from flashdraft.data.repetition import LOOP_WINDOW, LOOPED_WARNING, looped_tokens
 from flashdraft.data.sampling import Sampling
 from flashdraft.errors import UserError
 from flashdraft.files import atomic_path
@@ -113,7 +114,8 @@ def _answer_batch(rows: list[dict], render: Renderer, decode: Callable, generato
         for i, prompt, completion in zip(active, prompts, completions):
             histories[i].append({"role": "assistant", "content": decode(completion.token_ids)})
             answered[i].append({"finish_reason": completion.finish_reason, "prompt_tokens": len(prompt),
-                                "completion_tokens": len(completion.token_ids)})
+                                "completion_tokens": len(completion.token_ids),
+                                "looped_tokens": looped_tokens(completion.token_ids)})
         on_tokens(sum(len(c.token_ids) for c in completions))
     out = []
     for row, history, row_turns in zip(rows, histories, answered):
@@ -242,6 +244,7 @@ def assemble(work_dir: Path, path: Path, expected_ids: Sequence[str]) -> dict:
     emitted = 0
     completion: list[int] = []
     prompt: list[int] = []
+    looped: list[int | None] = []
     reasons: Counter = Counter()
     counts = {"samples": 0, "skipped_too_long": 0}
 
@@ -277,6 +280,7 @@ def assemble(work_dir: Path, path: Path, expected_ids: Sequence[str]) -> dict:
             for turn in row["turns"]:
                 completion.append(turn["completion_tokens"])
                 prompt.append(turn["prompt_tokens"])
+                looped.append(turn.get("looped_tokens"))  # absent in batches an older version wrote
                 reasons[turn["finish_reason"]] += 1
             yield row
 
@@ -293,11 +297,17 @@ def assemble(work_dir: Path, path: Path, expected_ids: Sequence[str]) -> dict:
                             "target's context); raise warmup.max_length or use shorter prompts")
     if counts["skipped_too_long"]:
         log.warning("%d conversations skipped: their first prompt alone fills the context", counts["skipped_too_long"])
+    looped_fraction = None if None in looped else round(sum(looped) / max(sum(completion), 1), 4)
+    if looped_fraction is not None and looped_fraction > LOOPED_WARNING:
+        log.warning("%.0f%% of the answer tokens repeat a %d-token run of the same answer verbatim: the target "
+                    "loops at these sampling settings, and a draft trained on the loops learns to copy them. Read "
+                    "a few long answers; a higher warmup.temperature loops less", 100 * looped_fraction, LOOP_WINDOW)
     return {
         **counts,
         "turns": len(completion),
         "finish_reasons": dict(sorted(reasons.items())),
         "truncated_fraction": round(reasons.get("length", 0) / len(completion), 4),
+        "looped_fraction": looped_fraction,
         "completion_tokens": _summary(completion),
         "prompt_tokens": _summary(prompt),
     }
@@ -306,7 +316,8 @@ def assemble(work_dir: Path, path: Path, expected_ids: Sequence[str]) -> dict:
 def _parquet_schema():
     import pyarrow as pa
 
-    turn = pa.struct([("finish_reason", pa.string()), ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64())])
+    turn = pa.struct([("finish_reason", pa.string()), ("prompt_tokens", pa.int64()), ("completion_tokens", pa.int64()),
+                      ("looped_tokens", pa.int64())])
     return pa.schema([
         ("id", pa.string()), ("source", pa.string()),
         ("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
