@@ -14,9 +14,12 @@ Why: a training run's held-out expected tau can sit far above the tau that specu
 (benchmarks/RESULTS.md section 4). Scoring the target's own answers to the decoding prompts separates a
 difference in the data from a difference between the two measures.
 
---anchors tail scores only the blocks that training never starts: anchors within the block size of a
-sample's end (the reference's rule stops B tokens before it, SpecForge's does not), whose slots past the
-end are unsupervised. Decoding starts a block at every accepted position, the answer's last ones too.
+--anchors picks which blocks are scored. train: the training rule's. tail: only anchors within the block
+size of a sample's end, whose blocks run past it (slots there unsupervised): decoding starts a block at
+every accepted position, the answer's last ones too, and before run 4 training never started one there
+(the reference's rule stops B tokens before the end). looped / unlooped: the training rule's anchors whose drafted
+slots all repeat the sample's earlier text verbatim (`flashdraft.data.repetition`), or none of whose
+block does: can the draft copy a loop, which a perfect copier would accept whole?
 """
 
 from __future__ import annotations
@@ -39,15 +42,51 @@ def parse_evals(items: list[str]) -> dict[str, str]:
     return evals
 
 
-def tail_anchor_positions(block_size: int):
-    """The anchor rule of --anchors tail: positions a > length - B whose token and next token are supervised."""
+def tail_anchors(train_positions, ids, loss_mask, length: int, block: int):
+    """The training rule's anchors a > length - B: blocks that run past the sample's end."""
+    return train_positions[train_positions > length - block]
+
+
+def looped_anchors(train_positions, ids, loss_mask, length: int, block: int, *, looped: bool = True):
+    """The training rule's anchors whose slots 1..B-1 are all looped tokens (looped=False: no token of the
+    block, anchor included, is)."""
     import torch
 
-    def positions(loss_mask: torch.Tensor, length: int) -> torch.Tensor:
-        a = torch.arange(max(length - block_size + 1, 0), length - 1)
-        return a[loss_mask[a] & loss_mask[a + 1]]
+    from flashdraft.data.repetition import looped_flags
 
-    return positions
+    flags = torch.tensor(looped_flags(ids[:length].tolist()) + [False] * block)
+    a = train_positions
+    if not len(a):
+        return a
+    window = torch.stack([flags[a + k] for k in range(block)], dim=1)
+    return a[window[:, 1:].all(dim=1)] if looped else a[~window.any(dim=1)]
+
+
+ANCHOR_RULES = {
+    "tail": tail_anchors,
+    "looped": looped_anchors,
+    "unlooped": lambda *args: looped_anchors(*args, looped=False),
+}
+
+
+def restrict_anchors(objective, rule) -> None:
+    """Make `objective` draw its anchors among rule(train_positions, input_ids, loss_mask, length, B), per row."""
+    prepare, train_rule = objective.prepare, objective.anchor_positions
+
+    def prepare_restricted(batch, step):
+        rows = iter(range(batch.input_ids.shape[0]))  # prepare asks for each row's positions in order
+
+        def positions(loss_mask, length):
+            row = next(rows)
+            return rule(train_rule(loss_mask, length), batch.input_ids[row], loss_mask, length, objective.block_size)
+
+        objective.anchor_positions = positions
+        try:
+            return prepare(batch, step)
+        finally:
+            objective.anchor_positions = train_rule
+
+    objective.prepare = prepare_restricted
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draft", type=Path, required=True, help="an exported draft folder (train.output_dir/export)")
     parser.add_argument("--eval", nargs="+", required=True, metavar="NAME=SPEC", help="held-out sets to score")
     parser.add_argument("--out", type=Path, required=True, help="JSON file for the numbers")
-    parser.add_argument("--anchors", choices=["train", "tail"], default="train",
-                        help="train: the training rule's anchors; tail: only those within a block of the end")
+    parser.add_argument("--anchors", choices=["train", *ANCHOR_RULES], default="train",
+                        help="which blocks to score (module docstring)")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
     args = parser.parse_args(argv)
     evals = parse_evals(args.eval)
@@ -81,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
                                                    "data.eval_samples=0", "train.micro_batch_size=1",
                                                    "train.grad_accum_steps=1", f"train.output_dir={scratch}/{name}"])
                 trainer = Trainer(config)
-                if args.anchors == "tail":
-                    trainer.objective.anchor_positions = tail_anchor_positions(trainer.objective.block_size)
+                if args.anchors != "train":
+                    restrict_anchors(trainer.objective, ANCHOR_RULES[args.anchors])
                 if not trainer.eval_set:
                     raise SystemExit(f"error: {name}: no sample of {spec} has enough supervised tokens to score")
                 scores = trainer.evaluate()

@@ -2,15 +2,15 @@
 
     python benchmarks/objective_ablation.py --out DIR [--seeds 3] [--steps 80] [--jobs 2]
 
-With one micro-batch a step, the two objectives differ (RESULTS.md section 8) in the anchors (the peer's
-may start up to the answer's last token) and the padding blocks; until the normaliser became the decay
-weights' sum, also in the gradient's scale (our count of slots made it ~2.3x smaller, which AdamW ignores
-but gradient clipping at 1.0 does not: it clipped the peer's every step and ours seldom). Variants,
+With one micro-batch a step, the two objectives differ (RESULTS.md section 8) in the padding blocks; until
+ours took the peer's anchor rule (blocks may start up to the answer's last token), also in the anchors,
+and until the normaliser became the decay weights' sum, in the gradient's scale (our count of slots made
+it ~2.3x smaller, which AdamW ignores but gradient clipping at 1.0 does not: it clipped the peer's every
+step and ours seldom). Variants,
 trained alike through `flashdraft train` (benchmarks/peer_train.py) on a tiny random Qwen3 target and the
 alphabet task of the tests, one process and one thread each:
   ours               objective.name=dflash, train.grad_clip=1.0 (the recipe)
   ours_loose_clip    ours with train.grad_clip=2.3: clipping as loose as under the old count normaliser
-  ours_peer_anchors  ours with the peer's anchor rule (peer_objective.PeerAnchorsObjective)
   peer               objective.name=specforge
 Each export is scored by one measure, our trainer's evaluation on held-out alphabet replies
 (benchmarks/heldout_tau.py): expected tau and drafted-slot accuracy. Writes DIR/ablation.json and
@@ -33,7 +33,6 @@ TESTS = HERE.parent / "tests"
 VARIANTS = {
     "ours": {"objective.name": "dflash"},
     "ours_loose_clip": {"objective.name": "dflash", "train.grad_clip": 2.3},
-    "ours_peer_anchors": {"objective.name": "dflash_peer_anchors"},
     "peer": {"objective.name": "specforge"},
 }
 

@@ -101,15 +101,3 @@ class SpecForgeObjective(DFlashObjective):
 
     def flops(self, prepared: PeerPrepared) -> float:
         return super().flops(prepared.ours)
-
-
-class PeerAnchorsObjective(DFlashObjective):
-    """Ours with the peer's anchor rule only (for benchmarks/objective_ablation.py): a block may start at
-    any position whose token and next token are supervised, so it can run past the answer's end, where
-    its slots are not supervised."""
-
-    name = "dflash_peer_anchors"
-
-    def anchor_positions(self, loss_mask: torch.Tensor, length: int) -> torch.Tensor:
-        starts = torch.arange(max(length - 1, 0))
-        return starts[loss_mask[: len(starts)] & loss_mask[1 : len(starts) + 1]]

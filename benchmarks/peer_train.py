@@ -1,7 +1,6 @@
 """`flashdraft train` with the peer's objective (SpecForge 0.2.0's DFlash wrapper, peer_objective.py).
 
-Takes exactly `flashdraft train`'s arguments; add `objective.name=specforge` to train the peer
-(`dflash_peer_anchors`: ours with the peer's anchor rule, for benchmarks/objective_ablation.py). The data
+Takes exactly `flashdraft train`'s arguments; add `objective.name=specforge` to train the peer. The data
 order, draft, FSDP2, optimizer, schedule, checkpoints and z-lab export are flashdraft's, so a run with
 `objective.name=dflash` and one with `specforge` differ only in the objective. One GPU or several:
 
@@ -22,7 +21,6 @@ from flashdraft.cli import main  # noqa: E402
 from flashdraft.objectives import OBJECTIVES  # noqa: E402
 
 OBJECTIVES["specforge"] = "peer_objective:SpecForgeObjective"
-OBJECTIVES["dflash_peer_anchors"] = "peer_objective:PeerAnchorsObjective"  # objective_ablation.py
 
 if __name__ == "__main__":
     sys.exit(main(["train", *sys.argv[1:]]))

@@ -60,20 +60,28 @@ def test_a_folder_without_a_draft_is_refused(tmp_path):
     assert done.returncode != 0 and "has no config.json" in done.stderr and not (tmp_path / "s.json").exists()
 
 
-def test_tail_anchors_are_exactly_the_ones_the_training_rule_leaves_out():
+def test_anchor_rules_pick_the_tail_and_the_loops():
     import torch
 
     sys.path.insert(0, str(SCRIPT.parent))
     import heldout_tau
 
+    from flashdraft.data.repetition import LOOP_WINDOW
     from flashdraft.objectives.dflash import valid_anchor_positions
 
     block, length = 4, 20
     mask = torch.zeros(24, dtype=torch.bool)
     mask[6:length] = True  # the answer: positions 6..19; 20.. is padding
-    tail = heldout_tau.tail_anchor_positions(block)(mask, length)
-    train = valid_anchor_positions(mask, length, block)
-    assert tail.tolist() == [17, 18] and train.tolist() == list(range(6, 17))
-    # together: every position whose token and next token are supervised (SpecForge's rule)
-    assert sorted(tail.tolist() + train.tolist()) == [a for a in range(length - 1) if mask[a] and mask[a + 1]]
-    assert heldout_tau.tail_anchor_positions(block)(mask, 2).tolist() == []  # shorter than a block
+    train = valid_anchor_positions(mask, length)
+    assert train.tolist() == list(range(6, 19))  # every position whose token and next token are supervised
+    assert heldout_tau.tail_anchors(train, None, mask, length, block).tolist() == [17, 18]
+
+    # a 40-token phrase said twice after 10 distinct tokens: tokens 10 + 40 + 31 = 81.. repeat the first time
+    ids = torch.tensor(list(range(1000, 1010)) + list(range(40)) * 2)
+    length, first_looped = len(ids), 10 + 40 + LOOP_WINDOW - 1
+    mask = torch.ones(length, dtype=torch.bool)
+    train = valid_anchor_positions(mask, length)
+    looped = heldout_tau.ANCHOR_RULES["looped"](train, ids, mask, length, block)
+    unlooped = heldout_tau.ANCHOR_RULES["unlooped"](train, ids, mask, length, block)
+    assert looped.tolist() == list(range(first_looped - 1, length - block + 1))  # slots 1..3 all looped, in range
+    assert unlooped.tolist() == list(range(0, first_looped - block + 1))  # no token of the block looped

@@ -31,13 +31,14 @@ def reference_mask(anchors: list[list[int]], valid: list[list[bool]], context: i
 
 
 def make_anchors(num_blocks: int, lengths: list[int], seed: int) -> tuple[torch.Tensor, list[list[bool]]]:
-    """Sorted random anchors <= length - BLOCK; sample 1 gets only half its blocks (padding blocks = 0)."""
+    """Sorted random anchors < length - 1 (the last blocks run past the sample's end, as the training rule
+    allows); sample 1 gets only half its blocks (padding blocks = 0)."""
     gen = torch.Generator().manual_seed(seed)
     anchors = torch.zeros(len(lengths), num_blocks, dtype=torch.long)
     valid = [[False] * num_blocks for _ in lengths]
     for s, length in enumerate(lengths):
         used = num_blocks if s == 0 else max(1, num_blocks // 2)
-        picks = torch.randint(0, length - BLOCK + 1, (used,), generator=gen).sort().values
+        picks = torch.randint(0, length - 1, (used,), generator=gen).sort().values
         anchors[s, :used] = picks
         valid[s][:used] = [True] * used
     return anchors, valid

@@ -300,7 +300,7 @@ def assemble(work_dir: Path, path: Path, expected_ids: Sequence[str]) -> dict:
     looped_fraction = None if None in looped else round(sum(looped) / max(sum(completion), 1), 4)
     if looped_fraction is not None and looped_fraction > LOOPED_WARNING:
         log.warning("%.0f%% of the answer tokens repeat a %d-token run of the same answer verbatim: the target "
-                    "loops at these sampling settings, and a draft trained on the loops learns to copy them. Read "
+                    "loops at these sampling settings, so much of a draft's supervision would be repeats. Read "
                     "a few long answers; a higher warmup.temperature loops less", 100 * looped_fraction, LOOP_WINDOW)
     return {
         **counts,

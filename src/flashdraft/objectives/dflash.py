@@ -1,9 +1,12 @@
 """The DFlash objective: random anchors, one sparse draft forward over all blocks, decay-weighted CE.
 
 Per sample and step, up to `num_anchors` anchors are drawn (without replacement; blocks may overlap)
-among positions a with a <= len - B, loss_mask[a] and loss_mask[a + 1]. Block b is
-[token a_b, MASK x (B-1)] at positions a_b .. a_b + B - 1; slot k (1 <= k < B) is labelled with the
-token AT a_b + k (same-position prediction) and counts only where that token is supervised. The target
+among positions a whose token and next token are supervised (loss_mask[a] and loss_mask[a + 1]). Block b
+is [token a_b, MASK x (B-1)] at positions a_b .. a_b + B - 1; slot k (1 <= k < B) is labelled with the
+token AT a_b + k (same-position prediction) and counts only where that token is supervised, so a block
+near the answer's end runs past it with its last slots unsupervised: decoding starts a block at every
+accepted position, the answer's last ones too, and a draft never trained there drafts them worse
+(benchmarks/RESULTS.md section 8, run 4: teacher-forced tau 1.87 against 2.40 on such blocks). The target
 runs once over the sequence; all blocks run in one draft forward under the block-sparse mask
 (`block_mask`). The loss is sum_k w_k CE_k with w_k = exp(-(k-1)/gamma); the trainer divides it by the
 global sum of the supervised slots' weights (a weighted mean).
@@ -77,14 +80,10 @@ def sample_seed(seed: int, step: int, sample_id: int) -> int:
     return int.from_bytes(digest, "little") & (2**63 - 1)
 
 
-def valid_anchor_positions(loss_mask: torch.Tensor, length: int, block_size: int) -> torch.Tensor:
-    """Positions a <= length - B whose token and next token are both supervised."""
-    last = length - block_size
-    if last < 0:
-        return torch.empty(0, dtype=torch.long)
-    a = torch.arange(last + 1)
-    ok = loss_mask[: last + 1] & loss_mask[1 : last + 2]
-    return a[ok]
+def valid_anchor_positions(loss_mask: torch.Tensor, length: int) -> torch.Tensor:
+    """Positions a < length - 1 whose token and next token are both supervised."""
+    a = torch.arange(max(length - 1, 0))
+    return a[loss_mask[: len(a)] & loss_mask[1 : len(a) + 1]]
 
 
 @dataclass
@@ -183,8 +182,8 @@ class DFlashObjective:
 
     # -- one step ------------------------------------------------------------------------------
     def anchor_positions(self, loss_mask: torch.Tensor, length: int) -> torch.Tensor:
-        """Where one sample's blocks may start (the reference's rule)."""
-        return valid_anchor_positions(loss_mask, length, self.block_size)
+        """Where one sample's blocks may start (module docstring)."""
+        return valid_anchor_positions(loss_mask, length)
 
     def prepare(self, batch: Batch, step: int) -> DFlashPrepared:
         n, _ = batch.input_ids.shape
