@@ -16,7 +16,8 @@
 # Seeds are fixed (data.seed, train.seed, warmup.seed, evaluate.seed = 0). Phases are separate so each fits a
 # machine window; WORK keeps the state between them. On one H200: warmup ~7 minutes with static
 # batches for run 2's ~3,000 prompts, ~10.5 minutes with graphed batches for run 3's 12,000 (4.2M answer
-# tokens), train 3 minutes at 400 steps (7 at 1,200), evaluate ~9 minutes a draft in float32 (RESULTS.md
+# tokens at T=0.8), ~12.5 for run 4's (5.4M at T=0.2: longer answers, many of them loops), train 3
+# minutes at 400 steps (7 at 1,200), evaluate ~9 minutes a draft in float32 (RESULTS.md
 # section 8, run 2, before float32 decoding on GPUs moved to eager attention: 2.4x faster plain steps,
 # section 7). Needs, besides
 # flashdraft: specforge==0.2.0 and dflash==0.1.0 (pip install --no-deps). Environment: STEPS (optimizer steps
