@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from flashdraft.data.repetition import LOOP_WINDOW, looped_tokens
+from flashdraft.data.repetition import LOOP_WINDOW, looped_flags
 
 
 def answer_loops(rows, tokenize, first: int) -> dict:
@@ -25,7 +25,8 @@ def answer_loops(rows, tokenize, first: int) -> dict:
     for row in rows:
         answer = next(m["content"] for m in reversed(row["messages"]) if m["role"] == "assistant")
         ids = tokenize(answer)
-        looped = looped_tokens(ids)
+        flags = looped_flags(ids)  # a token's flag looks back only: a prefix's flags are the same
+        looped = sum(flags)
         names = ("all", "cut at the limit" if row.get("finish_reason") == "length" else "stopped")
         for name in names:
             total = groups.setdefault(name, [0, 0, 0])
@@ -35,7 +36,7 @@ def answer_loops(rows, tokenize, first: int) -> dict:
         head = groups.setdefault(f"first {first} tokens", [0, 0, 0])
         head[0] += 1
         head[1] += min(len(ids), first)
-        head[2] += looped_tokens(ids[:first])
+        head[2] += sum(flags[:first])
     return {name: {"answers": n, "tokens": tokens, "looped_share": round(looped / max(tokens, 1), 4)}
             for name, (n, tokens, looped) in groups.items()}
 
@@ -47,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first", type=int, default=256, help="also count each answer's first N tokens")
     parser.add_argument("--out", type=Path, help="JSON file for the numbers")
     args = parser.parse_args(argv)
+    if args.first < 1:
+        parser.error(f"--first must be >= 1, got {args.first}")
     missing = [str(p) for p in args.answers if not p.is_file()]
     if missing:
         raise SystemExit(f"error: no answers file {', '.join(missing)}")
