@@ -357,3 +357,19 @@ def test_stats_report_the_looped_share_and_warn_on_loops(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="flashdraft.data.regenerate"):
         assert stats(False, tmp_path / "plain")["looped_fraction"] == 0.0
     assert "loops" not in caplog.text
+
+
+def test_a_finished_output_of_an_older_version_without_loop_counts_is_reused(tiny_target, tmp_path, capsys):
+    """Outputs written before warmup counted looped tokens have no looped_fraction: rerunning the same
+    warmup reuses them and reports without it, instead of failing on the missing number."""
+    args = ["warmup", "--target", str(tiny_target("llama")), "--prompts", _prompts(tmp_path / "p.jsonl", 3),
+            "--output", str(tmp_path / "out"), "--backend", "static", "--max-new-tokens", "8"]
+    assert main(args) == 0
+    assert "looped ->" in capsys.readouterr().out
+    stats_file = tmp_path / "out" / "stats.json"
+    stats = json.loads(stats_file.read_text())
+    assert 0.0 <= stats.pop("looped_fraction") <= 1.0
+    stats_file.write_text(json.dumps(stats))
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "truncated ->" in out and "looped" not in out

@@ -91,7 +91,8 @@ def _logged(tracker, config: Config, result: WarmupResult) -> WarmupResult:
     tracker.log_metrics({
         "warmup.samples": stats["samples"], "warmup.truncated_fraction": stats["truncated_fraction"],
         "warmup.completion_tokens_mean": stats["completion_tokens"]["mean"],
-        **({"warmup.looped_fraction": stats["looped_fraction"]} if stats["looped_fraction"] is not None else {}),
+        # None, or absent from a finished output an older version wrote, when not every turn was counted.
+        **({"warmup.looped_fraction": stats["looped_fraction"]} if stats.get("looped_fraction") is not None else {}),
         **({"warmup.tokens_per_second": tokens_per_second} if tokens_per_second else {}),
     })
     for path in (result.output / "summary.json", result.output / "stats.json", resolved):
@@ -102,7 +103,7 @@ def _logged(tracker, config: Config, result: WarmupResult) -> WarmupResult:
 def main(args: argparse.Namespace) -> int:
     result = run(config_from_args(args))
     stats = result.stats
-    looped = "" if stats["looped_fraction"] is None else f", {stats['looped_fraction']:.1%} looped"
+    looped = "" if stats.get("looped_fraction") is None else f", {stats['looped_fraction']:.1%} looped"
     print(f"warmup: {stats['samples']} samples, {stats['completion_tokens']['total']} answer tokens, "
           f"{stats['truncated_fraction']:.1%} truncated{looped} -> {result.dataset}")
     return 0
