@@ -16,7 +16,9 @@ of 20K rows) and time linear in it. Results: <out>/cpu.json and <out>/cpu.md.
 gpu: the warmup's own generation backends (`flashdraft.data.generation`) on the same prompts and model,
 timed side by side (`--backends`): static batches (prompts sorted by length, as the warmup batches them)
 with transformers' `generate` and with the graphed backend (one static cache a batch, CUDA-graph decode
-steps) at the `--static-batch` sizes, and continuous batching with every prompt queued at once.
+steps; `graphed` with compiled decoder layers, as long warmups run it, `graphed-eager` without, as
+short ones do and as every graphed row in RESULTS.md before its fifteenth session was measured) at the
+`--static-batch` sizes, and continuous batching with every prompt queued at once.
 Completion tokens per second, mean answer length, truncated fraction. `smollm2`: SmolLM2-135M-Instruct (bf16) answering ShareGPT first turns
 at T=0.8 up to 1024 new tokens, plus a greedy fp32 check that continuous batching answers token for token
 like one-prompt static generation. `qwen3-8b-shape`: a random-weight bf16 model of Qwen3-8B's shape with
@@ -235,8 +237,12 @@ def throughput(model, prompts, stops, pad, sampling, limit, static_batches, back
     """Fills `out` run by run, calling `save()` after each (a run cut short keeps what was measured)."""
     from flashdraft.data.generation import ContinuousGenerator, GraphedGenerator, StaticGenerator
 
+    def graphed(model, stops, pad):
+        """Compiled layers, as the warmup runs them where its decode steps repay the compilation."""
+        return GraphedGenerator(model, stops, pad, compile_layers=True)
+
     warm = [p[:64] for p in prompts[:8]]
-    batched = {"static": StaticGenerator, "graphed": GraphedGenerator}
+    batched = {"static": StaticGenerator, "graphed": graphed, "graphed-eager": GraphedGenerator}
     for backend in [b for b in backends if b in batched]:
         for batch in static_batches:
             generator = batched[backend](model, stops, pad)
@@ -379,7 +385,7 @@ def main() -> None:
     gpu.add_argument("--count", type=int, default=256, help="prompts")
     gpu.add_argument("--max-new-tokens", type=int, default=1024)
     gpu.add_argument("--static-batch", type=int, nargs="+", default=[32])
-    gpu.add_argument("--backends", nargs="+", choices=("static", "graphed", "continuous"),
+    gpu.add_argument("--backends", nargs="+", choices=("static", "graphed", "graphed-eager", "continuous"),
                      default=["static", "graphed", "continuous"])
     report = sub.add_parser("report", help="gpu_*.json -> gpu.md with the hours for 1M prompts on 8 GPUs")
     for sub_parser in (gpu, report):

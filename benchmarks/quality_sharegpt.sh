@@ -25,7 +25,7 @@
 # (prompts a generate call, default 128: 8 processes at 256 ran out of the H200's memory on long ShareGPT
 # prompts), EVAL_NEW_TOKENS (decoded tokens a prompt, default 256; the second-turn benchmark's context answers
 # get twice that), TEMPERATURE and TOP_P (the answers' sampling, default 0.2 and 0.9), WARMUP_BACKEND (warmup.backend, default auto: graphed on a GPU), DEVICE (evaluation: cuda; cpu for a smoke
-# run), ATTENTION (flex; sdpa on a CPU), TRAIN_ARGS
+# run), ATTENTION (flex; sdpa on a CPU), DRAFTS (the drafts the train phase trains, default "flashdraft peer"), TRAIN_ARGS
 # (extra key=value settings of both trainings, e.g. for a small smoke run: "data.eval_samples=2
 # train.micro_batch_size=2").
 set -euo pipefail
@@ -77,7 +77,8 @@ train)
     "data.cache_dir=$work/tokenized" objective.num_anchors=64 "objective.attention=${ATTENTION:-flex}")
   run flashdraft prepare-data "${common[@]}" ${TRAIN_ARGS:-} > "$work/prepare_data.log" 2>&1
   pids=()
-  for name in flashdraft peer; do
+  for name in ${DRAFTS:-flashdraft peer}; do
+    objective_of "$name" > /dev/null
     run python3 -m torch.distributed.run --standalone --nproc-per-node 1 "$here/peer_train.py" "${common[@]}" \
       train.micro_batch_size=32 train.epochs=100 "train.max_steps=${STEPS:-400}" train.eval_every=100 \
       train.log_every=10 train.checkpoint_every=100000 "objective.name=$(objective_of $name)" \

@@ -43,7 +43,6 @@ from transformers import AutoModelForCausalLM, Qwen3Config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from flashdraft.decoding.compiled import CompiledLayers  # noqa: E402
 from flashdraft.decoding.decoding import generate  # noqa: E402
 from flashdraft.decoding.evaluate import ieee_float32_dots, target_attention  # noqa: E402
 from flashdraft.decoding.memory_floor import (  # noqa: E402
@@ -57,6 +56,7 @@ from flashdraft.decoding.target_runner import TargetRunner  # noqa: E402
 from flashdraft.model import DFlashDraftConfig, DFlashDraftModel  # noqa: E402
 from flashdraft.target import grouped_attention  # noqa: E402
 from flashdraft.target.cache_kwarg import cache_kwarg  # noqa: E402
+from flashdraft.target.compiled_layers import CompiledLayers  # noqa: E402
 from flashdraft.target.frozen import decoder_layers  # noqa: E402
 from flashdraft.target.step_graphs import StepGraphs  # noqa: E402
 

@@ -266,7 +266,7 @@ class EvaluateConfig:
     thinking: bool = False  # chat-template thinking mode; match the one the draft was trained with
     cuda_graphs: bool = True
     # torch.compile the target's and the draft's decoder layers; None: on CUDA for attention-only
-    # targets (flashdraft.decoding.compiled).
+    # targets (flashdraft.target.compiled_layers).
     compile: bool | None = None
     prompt_lookup: bool = True  # also measure transformers' prompt-lookup decoding as a baseline
     vllm: bool = False  # also measure with vLLM's DFlash speculative decoding (needs vllm and a GPU)

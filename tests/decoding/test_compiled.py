@@ -8,7 +8,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from decoding_helpers import NEW, OracleProposer, hf_greedy, make_draft, make_target, prompt
-from flashdraft.decoding.compiled import CompiledLayers, compiles_by_default
+from flashdraft.target.compiled_layers import CompiledLayers, compiles_by_default
 from flashdraft.decoding.decoding import generate
 from flashdraft.decoding.memory_floor import (
     copy_bandwidth, floor_ms, parameter_bytes, speculative_step_bytes, target_step_bytes,

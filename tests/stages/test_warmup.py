@@ -373,3 +373,26 @@ def test_a_finished_output_of_an_older_version_without_loop_counts_is_reused(tin
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "truncated ->" in out and "looped" not in out
+
+
+@pytest.mark.parametrize("device, steps, compiled", [("cuda", 40_000, True), ("cuda", 39_999, False),
+                                                     ("cpu", 10**7, False)])
+def test_graphed_layers_compile_on_gpus_when_the_run_repays_the_compilation(device, steps, compiled):
+    from flashdraft.target.batch_decoder import compiles_layers
+
+    assert compiles_layers(torch.device(device), steps) is compiled
+
+
+def test_warmup_counts_its_decode_steps_for_the_compile_rule(tiny_target, tmp_path, monkeypatch):
+    """10 prompts in batches of 4, up to 8 new tokens: 3 batches of up to 8 decode steps on the one rank."""
+    import flashdraft.data.warmup as warmup_module
+
+    seen, real = {}, warmup_module.load_generator
+
+    def spy(*args, **kwargs):
+        seen["steps"] = kwargs["decode_steps"]
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(warmup_module, "load_generator", spy)
+    warmup(tiny_target("llama"), _prompts(tmp_path / "p.jsonl", 10), tmp_path / "out", batch_size=4, **FAST)
+    assert seen["steps"] == 3 * 8

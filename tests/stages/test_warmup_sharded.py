@@ -106,6 +106,33 @@ def test_graphed_backend_answers_like_static_batches(tiny_target):
     assert graphed.generate(prompts, hot, limits, [8]) != sampled
 
 
+@torch._dynamo.config.patch(recompile_limit=1)  # restored after the test
+def test_graphed_backend_compiled_layers_answer_like_eager_ones_with_one_graph_a_layer(tiny_target):
+    """The GPU default, here with inductor on the CPU (float32, greedy): compiled decode-step layers give
+    the eager layers' answers, and batches of other rows and cache sizes reuse the layers' graphs (a fixed-shape
+    graph would compile every layer again for each batch, and past dynamo's recompile limit, whose start
+    here is 1, run them eagerly without a word)."""
+    from torch._dynamo.utils import counters
+
+    from flashdraft.target.batch_decoder import BatchDecoder
+
+    torch._dynamo.reset()  # no graphs of earlier tests' layers: the limit of 1 is then this test's alone
+    model = _tiny_model(tiny_target)
+    greedy = lambda logits: logits.argmax(-1)  # noqa: E731
+    batches = [(PADDED, [12, 3, 12, 7]), (PADDED[:3] + [[7] * 9, [3, 4]], [5, 9, 2, 6, 8]), ([[21, 22]], [6])]
+    eager = BatchDecoder(model, pad_id=0, compile_layers=False)
+    compiled = BatchDecoder(model, pad_id=0, compile_layers=True)
+    assert eager.layers is None and compiled.layers is not None
+    hits = sum(n for reason, n in counters["unimplemented"].items() if "recompile limit" in reason)
+    graphs = []
+    for prompts, limits in batches:
+        assert compiled.decode(prompts, limits, [2], greedy) == eager.decode(prompts, limits, [2], greedy)
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert graphs[1] == graphs[0] > 0  # 5 rows and a wider cache: no new graph
+    assert sum(n for reason, n in counters["unimplemented"].items() if "recompile limit" in reason) == hits
+    assert not any("forward" in vars(layer) for layer in model.model.layers)  # eager again outside a decode
+
+
 def test_graphed_backend_out_of_memory_names_the_batch_and_the_fix(tiny_target, monkeypatch):
     """A batch whose cache and prefill do not fit is a UserError naming its size, the KV cache it needs
     (counted as transformers allocates it) and the settings to change, not a CUDA traceback."""

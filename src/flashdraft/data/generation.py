@@ -5,7 +5,8 @@ on new tokens.
                 transformers path for hybrid (Mamba-2 / linear-attention) targets, which continuous
                 batching does not serve.
     graphed     left-padded batches on one static cache, each decode step replayed as a CUDA graph
-                (`flashdraft.target.batch_decoder`): no per-step host work. GPUs; attention-only targets
+                (`flashdraft.target.batch_decoder`): no per-step host work; its layers compiled where a
+                run's decode steps repay the compilation. GPUs; attention-only targets
                 without sliding-window layers. The default on GPUs for those: 10x static batches on
                 SmolLM2, 5.4-6.6x on a Qwen3-8B shape, one H200 (benchmarks/RESULTS.md, "Data at scale").
     continuous  transformers' continuous batching (`generate_batch`'s manager: paged attention, CUDA
@@ -31,6 +32,7 @@ from flashdraft.errors import UserError
 from flashdraft.target.batch_decoder import (
     GRAPHED_REFUSAL,
     BatchDecoder,
+    compiles_layers,
     has_sliding_window,
     kv_cache_bytes,
     static_cache,
@@ -92,7 +94,9 @@ def resolve_backend(backend: str, target_config, device: torch.device) -> str:
 
 
 def load_generator(backend: str, path: Path, tokenizer, stop_ids: Sequence[int], *, seed: int, device: torch.device,
-                   trust_remote_code: bool = False):
+                   decode_steps: int, trust_remote_code: bool = False):
+    """`decode_steps`: about how many batched decode steps this process will run (batches x new tokens),
+    for the graphed backend's rule on compiling its layers."""
     if backend == "vllm":
         return VllmGenerator(path, stop_ids, seed, trust_remote_code=trust_remote_code)
     from transformers import AutoModelForCausalLM
@@ -105,8 +109,10 @@ def load_generator(backend: str, path: Path, tokenizer, stop_ids: Sequence[int],
     except (OSError, ValueError) as err:
         raise UserError(f"cannot load target weights from {path}: {err}") from err
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_ids[0]
-    kind = {"static": StaticGenerator, "graphed": GraphedGenerator, "continuous": ContinuousGenerator}[backend]
-    return kind(model.to(device).eval(), stop_ids, pad)
+    model = model.to(device).eval()
+    if backend == "graphed":
+        return GraphedGenerator(model, stop_ids, pad, compile_layers=compiles_layers(device, decode_steps))
+    return {"static": StaticGenerator, "continuous": ContinuousGenerator}[backend](model, stop_ids, pad)
 
 
 def _generation_config(sampling: Sampling, max_new_tokens: int, stop_ids: set[int], pad_id: int):
@@ -151,8 +157,9 @@ class StaticGenerator:
 class GraphedGenerator:
     """Static-cache batches with CUDA-graph decode steps (`BatchDecoder`); answers as StaticGenerator's."""
 
-    def __init__(self, model, stop_ids: Sequence[int], pad_id: int):
-        self.decoder, self.stop_ids = BatchDecoder(model, pad_id), set(stop_ids)
+    def __init__(self, model, stop_ids: Sequence[int], pad_id: int, compile_layers: bool = False):
+        self.decoder = BatchDecoder(model, pad_id, compile_layers=compile_layers)
+        self.stop_ids = set(stop_ids)
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: Sampling, limits: Sequence[int],
                  seeds: Sequence[int]) -> list[Completion]:

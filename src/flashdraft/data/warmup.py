@@ -125,8 +125,10 @@ def run_warmup(
         return finished
 
     stop_ids = stop_token_ids(tokenizer, generation_config)
+    # This rank's share of the batches, each up to max_new_tokens decode steps (the first turns' count).
+    decode_steps = -(-len(rows) // (batch_size * world)) * warmup.max_new_tokens
     generator = load_generator(backend, path, tokenizer, stop_ids, seed=warmup.seed, device=device,
-                               trust_remote_code=target.trust_remote_code)
+                               decode_steps=decode_steps, trust_remote_code=target.trust_remote_code)
     work = output / WORK_DIR
     fresh = not output.exists()
     dataset = output / f"train.{warmup.format}"

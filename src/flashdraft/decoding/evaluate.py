@@ -27,7 +27,6 @@ from flashdraft.config import EvaluateConfig, TargetConfig, to_dict
 from flashdraft.data.sampling import Sampling
 from flashdraft.decoding import metrics, vllm_measure
 from flashdraft.decoding.benchmarks import Benchmark, load_benchmark
-from flashdraft.decoding.compiled import CompiledLayers, compiles_by_default
 from flashdraft.decoding.decoding import Generation, generate
 from flashdraft.decoding.memory_floor import copy_bandwidth, floor_ms, speculative_step_bytes, target_step_bytes
 from flashdraft.decoding.partial_report import PartialReport, fingerprint
@@ -39,6 +38,7 @@ from flashdraft.errors import UserError
 from flashdraft.files import check_output_file, write_json
 from flashdraft.model import DFlashDraftModel
 from flashdraft.model.check import check_draft, read_draft_config
+from flashdraft.target.compiled_layers import CompiledLayers, compiles_by_default
 from flashdraft.target.fast_path import fast_path_status
 from flashdraft.target.frozen import FrozenTarget, decoder_layers
 from flashdraft.target.source import (

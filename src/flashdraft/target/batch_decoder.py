@@ -7,8 +7,10 @@ throughput is set by the host, not the model. Here the prompts are left-padded i
 every decode step has the same shapes (the batch's tokens, one cache slot, a mask computed from that slot
 on the device), so it is captured once per call and replayed. Attention runs grouped
 (`grouped_attention`): the query heads that share a key/value head read it once, not a copy of the cache
-per head. All rows step together; a row that has stopped keeps stepping until every row has stopped or
-reached its limit, and its tokens past the stop are dropped by the caller.
+per head. In long runs on a GPU the decoder layers run compiled in the decode steps (`compiled_layers`;
+eager, a step is ~40 tiny kernels a layer), one graph a layer for every batch's shapes. All rows step
+together; a row that has stopped keeps stepping until every row has stopped or reached its limit, and its
+tokens past the stop are dropped by the caller.
 """
 
 from __future__ import annotations
@@ -22,10 +24,15 @@ from transformers import StaticCache
 from flashdraft.errors import UserError
 from flashdraft.target import grouped_attention
 from flashdraft.target.cache_kwarg import cache_kwarg
+from flashdraft.target.compiled_layers import CompiledLayers
+from flashdraft.target.frozen import decoder_layers
 from flashdraft.target.step_graphs import StepGraphs
 
 # Rows' stop states are read back every this many steps: each read waits for the device.
 STOP_CHECK_EVERY = 16
+# Compiled layers cost ~85 s of compilation a process and save ~2.2 ms a decode step (SmolLM2's shape,
+# 64 rows, one H200: benchmarks/RESULTS.md section 6), so they pay from about 40,000 decode steps.
+COMPILE_MIN_STEPS = 40_000
 GRAPHED_REFUSAL = "use warmup.backend static or continuous"
 
 
@@ -69,10 +76,17 @@ def static_cache(config, max_len: int, refusal: str) -> StaticCache:
     return cache
 
 
+def compiles_layers(device: torch.device, decode_steps: int) -> bool:
+    """Whether a run of about `decode_steps` batched decode steps should compile the decoder layers: on a
+    GPU, when the steps repay the compilation (CPUs keep the eager layers)."""
+    return device.type == "cuda" and decode_steps >= COMPILE_MIN_STEPS
+
+
 class BatchDecoder:
     """`decode` runs a batch of prompts to their limits; token choice is the caller's `choose(logits)`."""
 
-    def __init__(self, model: nn.Module, pad_id: int):
+    def __init__(self, model: nn.Module, pad_id: int, compile_layers: bool = False):
+        """`compile_layers`: run the decode steps' layers compiled (`compiles_layers` says when it pays)."""
         attention = getattr(model.config, "_attn_implementation", "sdpa")
         if attention != "sdpa":
             raise UserError(f"the graphed backend runs the target with sdpa attention, not {attention!r}")
@@ -82,6 +96,7 @@ class BatchDecoder:
         self.cache_name = cache_kwarg(model)
         if self.cache_name is None:
             raise UserError(f"{type(model).__name__}.forward takes no cache argument; use warmup.backend static")
+        self.layers = CompiledLayers(decoder_layers(model), lengths={1}, dynamic=True) if compile_layers else None
 
     def decode(self, prompts: Sequence[Sequence[int]], limits: Sequence[int], stop_ids: Sequence[int],
                choose) -> list[list[int]]:
@@ -91,7 +106,10 @@ class BatchDecoder:
         # Grouped attention for this call only: the caller's model keeps its own for other uses.
         self.model.set_attn_implementation(self.attention)
         try:
-            return self._decode(prompts, limits, stop_ids, choose)
+            if self.layers is None:
+                return self._decode(prompts, limits, stop_ids, choose)
+            with self.layers:
+                return self._decode(prompts, limits, stop_ids, choose)
         finally:
             self.model.set_attn_implementation("sdpa")
 

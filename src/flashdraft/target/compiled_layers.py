@@ -1,8 +1,9 @@
-"""Compiled decoder layers for the decoding loops: fewer, fused kernels per step.
+"""Compiled decoder layers for the fixed-shape decoding steps (evaluate's loops, the graphed warmup
+backend): fewer, fused kernels per step.
 
-At batch 1 a target step is the weight reads (the matmuls) plus ~40 tiny kernels a layer (norms,
-rotary embedding, activations, residual adds, cache writes), each a few microseconds even inside a CUDA
-graph. torch.compile fuses those; the matmuls stay cuBLAS's. Measured on one H200, Qwen3-8B shape, bf16
+A decode step is the weight reads (the matmuls) plus ~40 tiny kernels a layer (norms, rotary embedding,
+activations, residual adds, cache writes), each a few microseconds even inside a CUDA graph.
+torch.compile fuses those; the matmuls stay cuBLAS's. Measured on one H200, Qwen3-8B shape, bf16, batch 1
 (benchmarks/RESULTS.md section 7): plain step 9.75 -> 8.55 ms, draft + verify step 13.85 -> 9.63 ms.
 """
 
@@ -32,20 +33,26 @@ class CompiledLayers:
     `lengths`: the sequence lengths of the fixed-shape steps (1 for a plain step, the block for a verify
     and a draft step). A call is compiled when every 3-D positional tensor it gets (the hidden states;
     the draft's context too) is that long.
+    `dynamic`: the other sizes (rows, cache slots) change between uses, as in the batch decoder, whose
+    every batch has its own rows and cache: one graph a layer then serves them all, where fixed shapes
+    would compile every layer again for each batch.
     """
 
-    def __init__(self, layers: Iterable[nn.Module], lengths: Collection[int]):
+    def __init__(self, layers: Iterable[nn.Module], lengths: Collection[int], dynamic: bool = False):
         self.layers = list(layers)
         self.lengths = frozenset(lengths)
         # The cache picks a layer's slot by indexing a list with its `layer_idx`, so dynamo specialises on
         # it: one graph per (layer, step length), all of one code object where the layers share a class.
         # Past `recompile_limit` dynamo runs the remaining layers eagerly without an error (a Qwen3-8B
         # target's 36 layers x 2 lengths passed the default 8 and the 64 set here before).
-        graphs = len(self.layers) * len(self.lengths)
+        # With dynamic sizes a size of 1 (a batch of one row) still specialises: a second graph a layer.
+        # The limit counts every graph of the code object, also those of other models compiled earlier in
+        # the process (evaluate's loops, then a batch decoder; tests), so it is raised by this set's graphs.
+        graphs = len(self.layers) * len(self.lengths) * (2 if dynamic else 1)
         config = torch._dynamo.config
-        config.recompile_limit = max(config.recompile_limit, graphs)
-        config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, graphs)
-        self.compiled = [torch.compile(layer.forward, dynamic=False) for layer in self.layers]
+        config.recompile_limit += graphs
+        config.accumulated_recompile_limit += graphs
+        self.compiled = [torch.compile(layer.forward, dynamic=dynamic) for layer in self.layers]
 
     def __enter__(self) -> CompiledLayers:
         for layer, compiled in zip(self.layers, self.compiled):
