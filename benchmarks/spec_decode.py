@@ -12,7 +12,9 @@ Beside them, so that our plain baseline is never slower than the library's best:
 static cache and its forward under `torch.compile(mode="reduce-overhead")`, one token a step
 (`HFCompiledDecoder`; `generate` itself passes a growing 2D mask, which recompiles every step). Then
 both of our loops again with every decoder layer's forward compiled (`--compiled`, evaluate's default
-on GPUs; our CUDA graphs still replay the steps). Each step is set
+on GPUs; our CUDA graphs still replay the steps), and with `--autotuned-gemms` once more with inductor
+choosing each matmul's kernel by timing its Triton templates against cuBLAS (a batch-1 step is ~250
+matrix-vector products whose bandwidth sets most of its time). Each step is set
 against its floor, the weight bytes it reads over the measured copy bandwidth
 (`flashdraft.decoding.memory_floor`). `--profile` adds the top kernels of a plain step without CUDA
 graphs (eager, and compiled with `--compiled`); `--dtype float32` times float32 as evaluate runs it
@@ -248,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default 256 (tiny: 40)")
     parser.add_argument("--no-cuda-graphs", action="store_true")
     parser.add_argument("--compiled", action="store_true", help="also time both loops with compiled decoder layers")
+    parser.add_argument("--autotuned-gemms", action="store_true",
+                        help="GPU: also time both loops with compiled layers whose matmuls inductor autotunes "
+                             "(its Triton templates against cuBLAS: max_autotune_gemm)")
     parser.add_argument("--dtype", choices=["bfloat16", "float32"], default=None,
                         help="of the timed runs; default bfloat16 (tiny: float32). float32 uses IEEE Triton dots, "
                              "as evaluate does")
@@ -261,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="JSON results file")
     args = parser.parse_args(argv)
 
+    if args.autotuned_gemms and (args.tiny or not torch.cuda.is_available()):
+        parser.error("--autotuned-gemms times GPU kernels; run it on a GPU without --tiny")
     shape = "tiny" if args.tiny else args.shape
     device = torch.device("cpu" if args.tiny or not torch.cuda.is_available() else "cuda")
     dtype = getattr(torch, args.dtype or ("float32" if args.tiny else "bfloat16"))
@@ -311,6 +318,19 @@ def main(argv: list[str] | None = None) -> int:
                 if profiling:
                     profile["compiled"] = profile_plain_step(plain_runner, prompts[0], 32)
             graphs.update({f"{k}, compiled": g for k, g in compiled.items()})
+        if args.autotuned_gemms:
+            torch._dynamo.reset()  # otherwise the layers' graphs compiled above are reused as they are
+            tuned = {"spec": StepGraphs.for_device(device, not args.no_cuda_graphs),
+                     "plain": StepGraphs.for_device(device, not args.no_cuda_graphs)}
+            with (torch._inductor.config.patch(max_autotune_gemm=True),
+                  CompiledLayers([*decoder_layers(target), *draft.layers], lengths={1, block})):
+                runs.update(time_methods({
+                    "flashdraft speculative, autotuned": lambda ids, n: run_ours(spec_runner, proposer, ids, n,
+                                                                                 tuned["spec"]),
+                    "flashdraft plain, autotuned": lambda ids, n: run_ours(plain_runner, None, ids, n,
+                                                                           tuned["plain"]),
+                }, prompts, new, block))
+            graphs.update({f"{k}, autotuned": g for k, g in tuned.items()})
 
     results = {name: summarise(r) for name, r in runs.items()}
     bandwidth = copy_bandwidth(device)
