@@ -12,9 +12,10 @@ Beside them, so that our plain baseline is never slower than the library's best:
 static cache and its forward under `torch.compile(mode="reduce-overhead")`, one token a step
 (`HFCompiledDecoder`; `generate` itself passes a growing 2D mask, which recompiles every step). Then
 both of our loops again with every decoder layer's forward compiled (`--compiled`, evaluate's default
-on GPUs; our CUDA graphs still replay the steps), and with `--autotuned-gemms` once more with inductor
-choosing each matmul's kernel by timing its Triton templates against cuBLAS (a batch-1 step is ~250
-matrix-vector products whose bandwidth sets most of its time). Each step is set
+on GPUs; our CUDA graphs still replay the steps). Two experiments on that compiled step, each with its
+layers compiled afresh (a batch-1 step is ~250 matrix-vector products whose bandwidth sets most of its
+time): `--autotuned-gemms`, inductor choosing each matmul's kernel by timing its Triton templates against
+cuBLAS, and `--fused-projections`, the target reading q, k, v and gate, up with one matmul each. Each step is set
 against its floor, the weight bytes it reads over the measured copy bandwidth
 (`flashdraft.decoding.memory_floor`). `--profile` adds the top kernels of a plain step without CUDA
 graphs (eager, and compiled with `--compiled`); `--dtype float32` times float32 as evaluate runs it
@@ -33,6 +34,7 @@ imported from this checkout's src/ when it is not installed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import sys
@@ -41,6 +43,7 @@ from pathlib import Path
 
 import torch
 import transformers
+from torch import nn
 from transformers import AutoModelForCausalLM, Qwen3Config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -88,6 +91,62 @@ SHAPES = {
                    target_layer_ids=[1, 2, 3], block_size=8),
     ),
 }
+
+
+class _FusedLinears(nn.Module):
+    """Stands in for the first of a module's linears that read the same input (q_proj of q, k, v; gate_proj
+    of gate, up): one matmul for all of them, the others (`_FusedPart`) return their slices of it."""
+
+    def __init__(self, linears: list[nn.Linear]):
+        super().__init__()
+        self.weight = nn.Parameter(torch.cat([linear.weight for linear in linears]).detach(), requires_grad=False)
+        self.sizes = [linear.out_features for linear in linears]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.input, self.parts = x, torch.nn.functional.linear(x, self.weight).split(self.sizes, -1)
+        return self.parts[0]
+
+
+class _FusedPart(nn.Module):
+    def __init__(self, owner: _FusedLinears, index: int):
+        super().__init__()
+        self.__dict__["owner"] = owner  # not a submodule: the owner stays where the first linear was
+        self.index = index
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x is not self.owner.input:
+            raise RuntimeError("fused projections: a linear was called before the first of its group, or on "
+                               "another input; this layer cannot be fused this way")
+        return self.owner.parts[self.index]
+
+
+FUSED_GROUPS = (("self_attn", ("q_proj", "k_proj", "v_proj")), ("mlp", ("gate_proj", "up_proj")))
+
+
+@contextlib.contextmanager
+def fused_projections(model: nn.Module):
+    """While entered, each decoder layer reads its q/k/v and its gate/up projections with one matmul each
+    (Llama-family layers call them in that order on one input), so a batch-1 step launches 3 fewer
+    matrix-vector products a layer. The concatenated weights are copies: the target's weights grow by those
+    projections' share while entered."""
+    swapped = []
+    for layer in decoder_layers(model):
+        for parent_name, names in FUSED_GROUPS:
+            parent = getattr(layer, parent_name)
+            linears = [getattr(parent, name) for name in names]
+            if not all(isinstance(linear, nn.Linear) and linear.bias is None for linear in linears):
+                continue
+            owner = _FusedLinears(linears)
+            swapped.append((parent, names, linears))
+            setattr(parent, names[0], owner)
+            for index, name in enumerate(names[1:], start=1):
+                setattr(parent, name, _FusedPart(owner, index))
+    try:
+        yield
+    finally:
+        for parent, names, linears in swapped:
+            for name, linear in zip(names, linears):
+                setattr(parent, name, linear)
 
 
 def build(shape: str, dtype: torch.dtype, device: torch.device, seed: int, attention: str):
@@ -250,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default 256 (tiny: 40)")
     parser.add_argument("--no-cuda-graphs", action="store_true")
     parser.add_argument("--compiled", action="store_true", help="also time both loops with compiled decoder layers")
+    parser.add_argument("--fused-projections", action="store_true",
+                        help="also time both loops with compiled layers whose target reads q, k and v (and gate "
+                             "and up) with one matmul each (`fused_projections`)")
     parser.add_argument("--autotuned-gemms", action="store_true",
                         help="GPU: also time both loops with compiled layers whose matmuls inductor autotunes "
                              "(its Triton templates against cuBLAS: max_autotune_gemm)")
@@ -318,19 +380,23 @@ def main(argv: list[str] | None = None) -> int:
                 if profiling:
                     profile["compiled"] = profile_plain_step(plain_runner, prompts[0], 32)
             graphs.update({f"{k}, compiled": g for k, g in compiled.items()})
-        if args.autotuned_gemms:
-            torch._dynamo.reset()  # otherwise the layers' graphs compiled above are reused as they are
-            tuned = {"spec": StepGraphs.for_device(device, not args.no_cuda_graphs),
+        # Experiments on the compiled step, each with freshly compiled layers (after a reset, since the
+        # graphs above would otherwise be reused as they are).
+        for label in [label for label, on in (("autotuned", args.autotuned_gemms),
+                                              ("fused", args.fused_projections)) if on]:
+            torch._dynamo.reset()
+            steps = {"spec": StepGraphs.for_device(device, not args.no_cuda_graphs),
                      "plain": StepGraphs.for_device(device, not args.no_cuda_graphs)}
-            with (torch._inductor.config.patch(max_autotune_gemm=True),
-                  CompiledLayers([*decoder_layers(target), *draft.layers], lengths={1, block})):
+            setting = (torch._inductor.config.patch(max_autotune_gemm=True) if label == "autotuned"
+                       else fused_projections(target))
+            with setting, CompiledLayers([*decoder_layers(target), *draft.layers], lengths={1, block}):
                 runs.update(time_methods({
-                    "flashdraft speculative, autotuned": lambda ids, n: run_ours(spec_runner, proposer, ids, n,
-                                                                                 tuned["spec"]),
-                    "flashdraft plain, autotuned": lambda ids, n: run_ours(plain_runner, None, ids, n,
-                                                                           tuned["plain"]),
+                    f"flashdraft speculative, {label}": lambda ids, n, g=steps["spec"]: run_ours(
+                        spec_runner, proposer, ids, n, g),
+                    f"flashdraft plain, {label}": lambda ids, n, g=steps["plain"]: run_ours(
+                        plain_runner, None, ids, n, g),
                 }, prompts, new, block))
-            graphs.update({f"{k}, autotuned": g for k, g in tuned.items()})
+            graphs.update({f"{k}, {label}": g for k, g in steps.items()})
 
     results = {name: summarise(r) for name, r in runs.items()}
     bandwidth = copy_bandwidth(device)
@@ -346,9 +412,11 @@ def main(argv: list[str] | None = None) -> int:
              if theirs else None)
     graphs_enabled = {k: g.enabled for k, g in graphs.items()}
     # Compiled kernels round differently: in bf16 a near-tie may flip, so report where outputs part.
-    compiled_parted = {kind: [first_difference(a["tokens"], b["tokens"])
-                              for a, b in zip(runs[f"flashdraft {kind}"], runs[f"flashdraft {kind}, compiled"])]
-                       for kind in ("speculative", "plain") if f"flashdraft {kind}, compiled" in runs}
+    compiled_parted = {
+        f"{kind}, {label}": [first_difference(a["tokens"], b["tokens"])
+                             for a, b in zip(runs[f"flashdraft {kind}"], runs[f"flashdraft {kind}, {label}"])]
+        for label in ("compiled", "autotuned", "fused") for kind in ("speculative", "plain")
+        if f"flashdraft {kind}, {label}" in runs}
     if args.no_zlab:
         exact = {}
     elif dtype == torch.float32:
@@ -371,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
         "speedup_zlab": (results["z-lab dflash_generate"]["tokens_per_s"] / results["z-lab plain (block 1)"]["tokens_per_s"]
                          if theirs else None),
         "first_difference_from_zlab": parted,
-        "compiled_first_difference_from_eager": compiled_parted,
+        "variants_first_difference_from_eager": compiled_parted,
         "copy_bandwidth_gb_s": bandwidth / 1e9,
         "floor_ms_per_step": floors,
         "profile_plain_step": profile,
@@ -386,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<36}{r['tokens_per_s']:>10.1f}{r['ms_per_step']:>10.2f}{r['tau']:>7.2f}"
               f"{r['floor_ms_per_step']:>10.2f}{r['vs_floor']:>9.2f}")
     if compiled_parted:
-        print(f"compiled vs eager outputs part at {compiled_parted} (None: identical)")
+        print(f"compiled variants' outputs part from the eager ones at {compiled_parted} (None: identical)")
     print(f"floors: weight bytes read a step / {bandwidth / 1e9:.0f} GB/s measured copy bandwidth")
     for kind, table in profile.items():
         print(f"\nplain step, {kind}, no CUDA graphs, under torch.profiler (32 tokens):\n{table}")
