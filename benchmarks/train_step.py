@@ -333,9 +333,30 @@ def compiled_target_forward(target: FrozenTarget, batch: Batch, layer_ids, args,
     finally:
         target.eager_layers()
     eager = target.context_features(ids, layer_ids).float()
-    return {"target_forward_compiled_s": seconds,
-            "target_compiled_max_abs_diff": float((compiled - eager).abs().max()),
-            "target_compiled_rel_diff": float((compiled - eager).norm() / eager.norm())}
+    out = {"target_forward_compiled_s": seconds,
+           "target_compiled_max_abs_diff": float((compiled - eager).abs().max()),
+           "target_compiled_rel_diff": float((compiled - eager).norm() / eager.norm())}
+    if not args.shard_target and target.model.dtype != torch.float32:
+        # How far each low-precision path is from the float32 forward of the same weights: the scale
+        # against which the compiled path's difference from the eager one can be judged.
+        reference = float32_features(target, ids, layer_ids)
+        out["target_rel_diff_from_float32"] = {name: float((f - reference).norm() / reference.norm())
+                                               for name, f in (("eager", eager), ("compiled", compiled))}
+    return out
+
+
+def float32_features(target: FrozenTarget, ids: torch.Tensor, layer_ids) -> torch.Tensor:
+    """The eager training forward with the target's weights cast to float32 (and back: bf16 -> float32 ->
+    bf16 is exact). Parameters only: buffers such as the rotary frequencies keep their own dtype."""
+    params = list(target.model.parameters())
+    dtypes = [p.dtype for p in params]
+    for p in params:
+        p.data = p.data.float()
+    try:
+        return target.context_features(ids, layer_ids).float()
+    finally:
+        for p, dtype in zip(params, dtypes):
+            p.data = p.data.to(dtype)
 
 
 def bench_model(model: str, args, dist) -> list[dict]:
@@ -409,9 +430,11 @@ def compiled_target(result: dict) -> str:
         return f"; compiled target failed: {result['target_forward_compiled_error']}"
     if "target_forward_compiled_s" not in result:
         return ""
+    from_float32 = result.get("target_rel_diff_from_float32")
     return (f"; {result['target_forward_compiled_s']:.3f} s with compiled layers, features within "
             f"{result['target_compiled_max_abs_diff']:.2g} of eager, {result['target_compiled_rel_diff']:.1e} "
-            "relative")
+            "relative" + (f" (from float32 weights' features: eager {from_float32['eager']:.1e}, compiled "
+                          f"{from_float32['compiled']:.1e})" if from_float32 else ""))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -115,3 +115,33 @@ def test_global_batch_split_over_ranks_trains_the_same(tmp_path):
     lines = scaling.table(entries).splitlines()
     efficiency = b["tokens_per_s_per_gpu"] / a["tokens_per_s_per_gpu"]
     assert lines[2].endswith("100.0%") and lines[3].endswith(f"{efficiency:.1%}")
+
+
+def test_float32_reference_features_restore_the_bf16_weights():
+    """train_step.py's float32 reference for a bf16 target: the features of float32 weights (those of a
+    float32 copy of the model), then every parameter back in bf16 with the same values, and the rotary
+    frequencies (a float32 buffer) never cast."""
+    import importlib.util
+
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    from flashdraft.target.frozen import FrozenTarget
+
+    spec = importlib.util.spec_from_file_location("train_step_benchmark", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = Qwen3Config(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=8)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    before = {name: p.clone() for name, p in model.named_parameters()}
+    rotary = {name: b.dtype for name, b in model.named_buffers()}
+    ids = torch.randint(0, 128, (1, 10))
+    reference = FrozenTarget(AutoModelForCausalLM.from_config(config, dtype=torch.float32))
+    reference.model.load_state_dict({k: v.float() for k, v in model.state_dict().items()})
+    features = module.float32_features(FrozenTarget(model), ids, [0, 2])
+    assert features.dtype == torch.float32
+    torch.testing.assert_close(features, reference.context_features(ids, [0, 2]), rtol=0, atol=0)
+    assert all(p.dtype == torch.bfloat16 and torch.equal(p, before[name]) for name, p in model.named_parameters())
+    assert {name: b.dtype for name, b in model.named_buffers()} == rotary
