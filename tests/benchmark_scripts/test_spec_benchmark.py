@@ -13,11 +13,16 @@ pytest.importorskip("dflash.model", reason="the z-lab reference (pip install --n
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "spec_decode.py"
 
 
-def test_tiny_benchmark_matches_zlab_and_writes_results(tmp_path):
-    torch.set_num_threads(1)
+def _script():
     spec = importlib.util.spec_from_file_location("spec_decode_benchmark", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_tiny_benchmark_matches_zlab_and_writes_results(tmp_path):
+    torch.set_num_threads(1)
+    module = _script()
     out = tmp_path / "bench.json"
     assert module.main(["--tiny", "--prompts", "2", "--max-new-tokens", "20", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
@@ -35,9 +40,7 @@ def test_fused_projections_give_the_separate_projections_logits_and_restore_them
     """The benchmark's fused q/k/v and gate/up matmuls (float32, tiny target): the same logits as the
     separate projections, 2 groups a layer swapped in, and the model's own linears back on exit."""
     torch.set_num_threads(1)
-    spec = importlib.util.spec_from_file_location("spec_decode_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _script()
     target, _ = module.build("tiny", torch.float32, torch.device("cpu"), 0, "sdpa")
     ids = torch.randint(0, 500, (1, 9), generator=torch.Generator().manual_seed(0))
     linears = [(name, m) for name, m in target.named_modules() if isinstance(m, torch.nn.Linear)]

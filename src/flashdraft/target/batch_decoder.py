@@ -15,6 +15,7 @@ tokens past the stop are dropped by the caller.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import torch
@@ -106,9 +107,7 @@ class BatchDecoder:
         # Grouped attention for this call only: the caller's model keeps its own for other uses.
         self.model.set_attn_implementation(self.attention)
         try:
-            if self.layers is None:
-                return self._decode(prompts, limits, stop_ids, choose)
-            with self.layers:
+            with self.layers or contextlib.nullcontext():
                 return self._decode(prompts, limits, stop_ids, choose)
         finally:
             self.model.set_attn_implementation("sdpa")

@@ -47,7 +47,8 @@ class CompiledLayers:
         # target's 36 layers x 2 lengths passed the default 8 and the 64 set here before).
         # With dynamic sizes a size of 1 (a batch of one row) still specialises: a second graph a layer.
         # The limit counts every graph of the code object, also those of other models compiled earlier in
-        # the process (evaluate's loops, then a batch decoder; tests), so it is raised by this set's graphs.
+        # the process (evaluate's loops, then a batch decoder; tests), so it is raised by this set's graphs:
+        # transformers wraps every decoder layer class's forward in one function, one code object for all.
         graphs = len(self.layers) * len(self.lengths) * (2 if dynamic else 1)
         config = torch._dynamo.config
         config.recompile_limit += graphs
