@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new", type=int, default=512, help="decode steps (new tokens a row)")
     parser.add_argument("--out", type=Path, required=True, help="JSON results file")
     args = parser.parse_args(argv)
+    if args.rows < 1 or args.new < 1:
+        parser.error(f"--rows and --new must be at least 1, got {args.rows} and {args.new}")
     device = torch.device("cpu" if args.tiny else "cuda")
     dtype = torch.float32 if args.tiny else torch.bfloat16
     shape = "tiny" if args.tiny else "smollm2"
