@@ -367,35 +367,28 @@ def main(argv: list[str] | None = None) -> int:
         runs = time_methods(methods, prompts, new, block)
         profiling = args.profile and device.type == "cuda"
         profile = {"eager": profile_plain_step(plain_runner, prompts[0], 32)} if profiling else {}
-        if args.compiled:  # evaluate's GPU default for attention-only targets
-            compiled = {"spec": StepGraphs.for_device(device, not args.no_cuda_graphs),
-                        "plain": StepGraphs.for_device(device, not args.no_cuda_graphs)}
-            with CompiledLayers([*decoder_layers(target), *draft.layers], lengths={1, block}):
-                runs.update(time_methods({
-                    "flashdraft speculative, compiled": lambda ids, n: run_ours(spec_runner, proposer, ids, n,
-                                                                                compiled["spec"]),
-                    "flashdraft plain, compiled": lambda ids, n: run_ours(plain_runner, None, ids, n,
-                                                                          compiled["plain"]),
-                }, prompts, new, block))
-                if profiling:
-                    profile["compiled"] = profile_plain_step(plain_runner, prompts[0], 32)
-            graphs.update({f"{k}, compiled": g for k, g in compiled.items()})
-        # Experiments on the compiled step, each with freshly compiled layers (after a reset, since the
-        # graphs above would otherwise be reused as they are).
-        for label in [label for label, on in (("autotuned", args.autotuned_gemms),
-                                              ("fused", args.fused_projections)) if on]:
+        # Compiled layers (evaluate's GPU default for attention-only targets), then the experiments on
+        # that step, each with its layers compiled afresh (after a reset, the graphs of the one before would
+        # be reused as they are).
+        settings = {"compiled": (args.compiled, contextlib.nullcontext),
+                    "autotuned": (args.autotuned_gemms,
+                                  lambda: torch._inductor.config.patch(max_autotune_gemm=True)),
+                    "fused": (args.fused_projections, lambda: fused_projections(target))}
+        for label, (on, setting) in settings.items():
+            if not on:
+                continue
             torch._dynamo.reset()
             steps = {"spec": StepGraphs.for_device(device, not args.no_cuda_graphs),
                      "plain": StepGraphs.for_device(device, not args.no_cuda_graphs)}
-            setting = (torch._inductor.config.patch(max_autotune_gemm=True) if label == "autotuned"
-                       else fused_projections(target))
-            with setting, CompiledLayers([*decoder_layers(target), *draft.layers], lengths={1, block}):
+            with setting(), CompiledLayers([*decoder_layers(target), *draft.layers], lengths={1, block}):
                 runs.update(time_methods({
                     f"flashdraft speculative, {label}": lambda ids, n, g=steps["spec"]: run_ours(
                         spec_runner, proposer, ids, n, g),
                     f"flashdraft plain, {label}": lambda ids, n, g=steps["plain"]: run_ours(
                         plain_runner, None, ids, n, g),
                 }, prompts, new, block))
+                if profiling and label == "compiled":
+                    profile["compiled"] = profile_plain_step(plain_runner, prompts[0], 32)
             graphs.update({f"{k}, {label}": g for k, g in steps.items()})
 
     results = {name: summarise(r) for name, r in runs.items()}
@@ -412,10 +405,10 @@ def main(argv: list[str] | None = None) -> int:
              if theirs else None)
     graphs_enabled = {k: g.enabled for k, g in graphs.items()}
     # Compiled kernels round differently: in bf16 a near-tie may flip, so report where outputs part.
-    compiled_parted = {
+    variants_parted = {
         f"{kind}, {label}": [first_difference(a["tokens"], b["tokens"])
                              for a, b in zip(runs[f"flashdraft {kind}"], runs[f"flashdraft {kind}, {label}"])]
-        for label in ("compiled", "autotuned", "fused") for kind in ("speculative", "plain")
+        for label in settings for kind in ("speculative", "plain")
         if f"flashdraft {kind}, {label}" in runs}
     if args.no_zlab:
         exact = {}
@@ -439,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
         "speedup_zlab": (results["z-lab dflash_generate"]["tokens_per_s"] / results["z-lab plain (block 1)"]["tokens_per_s"]
                          if theirs else None),
         "first_difference_from_zlab": parted,
-        "variants_first_difference_from_eager": compiled_parted,
+        "variants_first_difference_from_eager": variants_parted,
         "copy_bandwidth_gb_s": bandwidth / 1e9,
         "floor_ms_per_step": floors,
         "profile_plain_step": profile,
@@ -453,8 +446,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, r in results.items():
         print(f"{name:<36}{r['tokens_per_s']:>10.1f}{r['ms_per_step']:>10.2f}{r['tau']:>7.2f}"
               f"{r['floor_ms_per_step']:>10.2f}{r['vs_floor']:>9.2f}")
-    if compiled_parted:
-        print(f"compiled variants' outputs part from the eager ones at {compiled_parted} (None: identical)")
+    if variants_parted:
+        print(f"compiled variants' outputs part from the eager ones at {variants_parted} (None: identical)")
     print(f"floors: weight bytes read a step / {bandwidth / 1e9:.0f} GB/s measured copy bandwidth")
     for kind, table in profile.items():
         print(f"\nplain step, {kind}, no CUDA graphs, under torch.profiler (32 tokens):\n{table}")
