@@ -15,7 +15,9 @@ both of our loops again with every decoder layer's forward compiled (`--compiled
 on GPUs; our CUDA graphs still replay the steps). Two experiments on that compiled step, each with its
 layers compiled afresh (a batch-1 step is ~250 matrix-vector products whose bandwidth sets most of its
 time): `--autotuned-gemms`, inductor choosing each matmul's kernel by timing its Triton templates against
-cuBLAS, and `--fused-projections`, the target reading q, k, v and gate, up with one matmul each. Each step is set
+cuBLAS, and `--fused-projections`, the target reading q, k, v and gate, up with one matmul each
+(`flashdraft.target.fused_projections`, measured faster and since then evaluate's GPU default beside the
+compiled layers; both flags: also the two together). Each step is set
 against its floor, the weight bytes it reads over the measured copy bandwidth
 (`flashdraft.decoding.memory_floor`). `--profile` adds the top kernels of a plain step without CUDA
 graphs (eager, and compiled with `--compiled`); `--dtype float32` times float32 as evaluate runs it
@@ -43,7 +45,6 @@ from pathlib import Path
 
 import torch
 import transformers
-from torch import nn
 from transformers import AutoModelForCausalLM, Qwen3Config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -63,6 +64,7 @@ from flashdraft.target import grouped_attention  # noqa: E402
 from flashdraft.target.cache_kwarg import cache_kwarg  # noqa: E402
 from flashdraft.target.compiled_layers import CompiledLayers  # noqa: E402
 from flashdraft.target.frozen import decoder_layers  # noqa: E402
+from flashdraft.target.fused_projections import FusedProjections  # noqa: E402
 from flashdraft.target.step_graphs import StepGraphs  # noqa: E402
 
 SHAPES = {
@@ -93,60 +95,11 @@ SHAPES = {
 }
 
 
-class _FusedLinears(nn.Module):
-    """Stands in for the first of a module's linears that read the same input (q_proj of q, k, v; gate_proj
-    of gate, up): one matmul for all of them, the others (`_FusedPart`) return their slices of it."""
-
-    def __init__(self, linears: list[nn.Linear]):
-        super().__init__()
-        self.weight = nn.Parameter(torch.cat([linear.weight for linear in linears]).detach(), requires_grad=False)
-        self.sizes = [linear.out_features for linear in linears]
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.input, self.parts = x, torch.nn.functional.linear(x, self.weight).split(self.sizes, -1)
-        return self.parts[0]
-
-
-class _FusedPart(nn.Module):
-    def __init__(self, owner: _FusedLinears, index: int):
-        super().__init__()
-        self.__dict__["owner"] = owner  # not a submodule: the owner stays where the first linear was
-        self.index = index
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x is not self.owner.input:
-            raise RuntimeError("fused projections: a linear was called before the first of its group, or on "
-                               "another input; this layer cannot be fused this way")
-        return self.owner.parts[self.index]
-
-
-FUSED_GROUPS = (("self_attn", ("q_proj", "k_proj", "v_proj")), ("mlp", ("gate_proj", "up_proj")))
-
-
-@contextlib.contextmanager
-def fused_projections(model: nn.Module):
-    """While entered, each decoder layer reads its q/k/v and its gate/up projections with one matmul each
-    (Llama-family layers call them in that order on one input), so a batch-1 step launches 3 fewer
-    matrix-vector products a layer. The concatenated weights are copies: the target's weights grow by those
-    projections' share while entered."""
-    swapped = []
-    for layer in decoder_layers(model):
-        for parent_name, names in FUSED_GROUPS:
-            parent = getattr(layer, parent_name)
-            linears = [getattr(parent, name) for name in names]
-            if not all(isinstance(linear, nn.Linear) and linear.bias is None for linear in linears):
-                continue
-            owner = _FusedLinears(linears)
-            swapped.append((parent, names, linears))
-            setattr(parent, names[0], owner)
-            for index, name in enumerate(names[1:], start=1):
-                setattr(parent, name, _FusedPart(owner, index))
-    try:
-        yield
-    finally:
-        for parent, names, linears in swapped:
-            for name, linear in zip(names, linears):
-                setattr(parent, name, linear)
+def _entered(*contexts) -> contextlib.ExitStack:
+    stack = contextlib.ExitStack()
+    for context in contexts:
+        stack.enter_context(context)
+    return stack
 
 
 def build(shape: str, dtype: torch.dtype, device: torch.device, seed: int, attention: str):
@@ -311,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compiled", action="store_true", help="also time both loops with compiled decoder layers")
     parser.add_argument("--fused-projections", action="store_true",
                         help="also time both loops with compiled layers whose target reads q, k and v (and gate "
-                             "and up) with one matmul each (`fused_projections`)")
+                             "and up) with one matmul each (evaluate's GPU default)")
     parser.add_argument("--autotuned-gemms", action="store_true",
                         help="GPU: also time both loops with compiled layers whose matmuls inductor autotunes "
                              "(its Triton templates against cuBLAS: max_autotune_gemm)")
@@ -373,7 +326,11 @@ def main(argv: list[str] | None = None) -> int:
         settings = {"compiled": (args.compiled, contextlib.nullcontext),
                     "autotuned": (args.autotuned_gemms,
                                   lambda: torch._inductor.config.patch(max_autotune_gemm=True)),
-                    "fused": (args.fused_projections, lambda: fused_projections(target))}
+                    "fused": (args.fused_projections, lambda: FusedProjections(target)),
+                    # Both experiments together, when both are asked for: each may gain on its own matmuls.
+                    "fused, autotuned": (args.fused_projections and args.autotuned_gemms,
+                                         lambda: _entered(torch._inductor.config.patch(max_autotune_gemm=True),
+                                                          FusedProjections(target)))}
         for label, (on, setting) in settings.items():
             if not on:
                 continue
@@ -387,6 +344,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"flashdraft plain, {label}": lambda ids, n, g=steps["plain"]: run_ours(
                         plain_runner, None, ids, n, g),
                 }, prompts, new, block))
+                for kind in ("plain", "speculative"):  # progress: a long call keeps what it measured
+                    ms = summarise(runs[f"flashdraft {kind}, {label}"])["ms_per_step"]
+                    print(f"{label} {kind}: {ms:.2f} ms a step", flush=True)
                 if profiling and label == "compiled":
                     profile["compiled"] = profile_plain_step(plain_runner, prompts[0], 32)
             graphs.update({f"{k}, {label}": g for k, g in steps.items()})

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -41,6 +42,7 @@ from flashdraft.model.check import check_draft, read_draft_config
 from flashdraft.target.compiled_layers import CompiledLayers, compiles_by_default
 from flashdraft.target.fast_path import fast_path_status
 from flashdraft.target.frozen import FrozenTarget, decoder_layers
+from flashdraft.target.fused_projections import FusedProjections
 from flashdraft.target.source import (
     check_draft_fits,
     check_weights,
@@ -195,9 +197,18 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
     proposer = DraftProposer(draft_model, frozen.embedding, frozen.lm_head, block)
     hybrid = spec_runner.recurrent is not None
     compiled = compiles_by_default(torch_device, hybrid) if evaluation.compile is None else evaluation.compile
-    # Our loops run the compiled layers; prompt lookup (transformers' generate, a growing cache) the eager ones.
-    our_layers = (CompiledLayers([*decoder_layers(model), *draft_model.layers], lengths={1, block}) if compiled
-                  else contextlib.nullcontext())
+    # Our loops run the compiled layers, with the target's q/k/v and gate/up read by one matmul each (both
+    # measured faster on a GPU, RESULTS.md section 7); prompt lookup (transformers' generate, a growing cache)
+    # runs the eager layers.
+    fast_path = ([FusedProjections(model), CompiledLayers([*decoder_layers(model), *draft_model.layers],
+                                                          lengths={1, block})] if compiled else [])
+
+    @contextlib.contextmanager
+    def our_layers() -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            for part in fast_path:
+                stack.enter_context(part)
+            yield
     spec_graphs = StepGraphs.for_device(torch_device, evaluation.cuda_graphs)
     plain_graphs = StepGraphs.for_device(torch_device, evaluation.cuda_graphs)
     gen_spec = torch.Generator(torch_device).manual_seed(seed)
@@ -207,7 +218,7 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
     # Warm-up (graph capture, allocator, kernels) outside the timed runs: a few steps of each loop.
     first = next(iter(encoded.values()))[0]
     warm = min(max_new_tokens, 3 * block)
-    with our_layers:
+    with our_layers():
         generate(plain_runner, first, max_new_tokens=warm, graphs=plain_graphs, generator=gen_plain, params=params)
         generate(spec_runner, first, proposer=proposer, max_new_tokens=warm, graphs=spec_graphs,
                  generator=gen_spec, params=params)
@@ -225,7 +236,7 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
         gen_spec.manual_seed(seed)
         gen_plain.manual_seed(seed)
         spec, plain = [], []
-        with our_layers:
+        with our_layers():
             for ids in tqdm(encoded[bench.name], desc=f"evaluate {bench.name}", unit="prompt"):
                 plain.append(generate(plain_runner, ids, max_new_tokens=max_new_tokens,
                                       graphs=plain_graphs, generator=gen_plain, **common))
@@ -260,6 +271,7 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
         "cuda_graphs": {"asked": evaluation.cuda_graphs, "speculative": spec_graphs.enabled,
                         "plain": plain_graphs.enabled},
         "compiled": compiled,
+        "fused_projection_groups": fast_path[0].groups if fast_path else 0,
         "target_attention": attention,
         "copy_bandwidth_gb_s": bandwidth / 1e9,
         "floor_ms_per_step": floors,
