@@ -91,8 +91,10 @@ def test_speculative_decoding_on_cuda_with_graphs_is_lossless(tiny_target, tmp_p
         assert report["settings"]["target_fast_path"] == (not mamba_kernel_errors())
     if model_type == "qwen3":  # Nemotron's eager MoE experts sync with the host: graphs may fall back
         assert report["settings"]["cuda_graphs"]["speculative"] is True
-    # Compiled decoder layers by default for attention-only targets: lossless with them too.
+    # Compiled decoder layers, with q/k/v and gate/up read by one matmul each, by default for
+    # attention-only targets: lossless with them too.
     assert report["settings"]["compiled"] is (model_type == "qwen3")
+    assert report["settings"]["fused_projection_groups"] == (2 * 6 if model_type == "qwen3" else 0)
     assert report["settings"]["target_attention"] == "eager"  # sdpa's float32 kernel is 2.4x slower here
 
 
