@@ -10,6 +10,7 @@
 #   benchmarks/quality_sharegpt.sh train DATA WORK               # our objective and SpecForge's, side by side
 #   benchmarks/quality_sharegpt.sh evaluate flashdraft DATA WORK # decoding + teacher-forced tau
 #   benchmarks/quality_sharegpt.sh evaluate peer DATA WORK
+#   benchmarks/quality_sharegpt.sh anchors DATA WORK             # teacher-forced tau at the answers' ends
 #   benchmarks/quality_sharegpt.sh collect WORK OUT              # the evidence folder
 #   benchmarks/quality_sharegpt.sh all GGUF DATA WORK OUT        # everything in order
 #
@@ -27,7 +28,7 @@
 # get twice that), TEMPERATURE and TOP_P (the answers' sampling, default 0.2 and 0.9), WARMUP_BACKEND (warmup.backend, default auto: graphed on a GPU), DEVICE (evaluation: cuda; cpu for a smoke
 # run), ATTENTION (flex; sdpa on a CPU), DRAFTS (the drafts the train phase trains, default "flashdraft peer"), TRAIN_ARGS
 # (extra key=value settings of both trainings, e.g. for a small smoke run: "data.eval_samples=2
-# train.micro_batch_size=2").
+# train.micro_batch_size=2"), EVAL_PROMPTS (the first N prompts of each benchmark, default all 32).
 set -euo pipefail
 phase=${1:-}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -97,7 +98,7 @@ evaluate)
   # float32 costs it little time. No prompt-lookup baseline: it decodes eagerly at ~50 tokens/s (RESULTS.md
   # section 4), about ten minutes an evaluation, and the issue's goals are absolute taus.
   run flashdraft evaluate --draft "$draft" --target "$target" --max-new-tokens "${EVAL_NEW_TOKENS:-256}" \
-    --device "${DEVICE:-cuda}" --dtype float32 --no-prompt-lookup \
+    --device "${DEVICE:-cuda}" --dtype float32 --no-prompt-lookup ${EVAL_PROMPTS:+--num-prompts "$EVAL_PROMPTS"} \
     --bench "$data/gsm8k.jsonl" "$data/humaneval.jsonl" "$data/chat.jsonl" "$data/sharegpt_first_turn.jsonl" \
     "$work/sharegpt_second_turn.jsonl" --output "$work/results/${name}_report.json" > "$work/results/$name.log" 2>&1
   # Teacher-forced expected tau of the same draft on the target's own answers to held-out ShareGPT
@@ -106,6 +107,52 @@ evaluate)
     --eval "sharegpt_heldout=$work/sharegpt_second_turn.jsonl" --out "$work/results/${name}_heldout_tau.json" \
     -- "target.name_or_path=$target" target.dtype=bfloat16 "data.max_length=$max_length" \
     objective.num_anchors=64 "objective.attention=${ATTENTION:-flex}" >> "$work/results/$name.log" 2>&1
+  ;;
+anchors)
+  data=$2 work=$3
+  target=$(cat "$work/target_path")
+  mkdir -p "$work/results"
+  # Teacher-forced tau of both drafts on the blocks decoding drafts at an answer's end (their last slots
+  # past it), beside the blocks of the training rule, on the target's greedy answers to the decoding prompts
+  # that stopped on their own (RESULTS.md section 8, runs 4 and 5).
+  cat "$data/gsm8k.jsonl" "$data/humaneval.jsonl" "$data/chat.jsonl" "$data/sharegpt_first_turn.jsonl" \
+    > "$work/bench_prompts.jsonl"
+  run flashdraft warmup --target "$target" --prompts "$work/bench_prompts.jsonl" --output "$work/bench_greedy" \
+    --cache-dir "$work/cache_bench" --max-new-tokens "${EVAL_NEW_TOKENS:-256}" --temperature 0 \
+    --backend "${WARMUP_BACKEND:-auto}" > "$work/bench_greedy.log" 2>&1
+  python3 -c "import json, sys; rows = [json.loads(line) for line in open(sys.argv[1])]
+open(sys.argv[2], 'w').writelines(json.dumps(r) + '\n' for r in rows if r['finish_reason'] == 'stop')" \
+    "$work/bench_greedy/train.jsonl" "$work/bench_stopped.jsonl"
+  pids=()
+  for name in flashdraft peer; do
+    for anchors in train tail; do
+      run python3 "$here/heldout_tau.py" --config smollm2_135m --draft "$work/train_$name/export" \
+        --eval "bench_stopped=$work/bench_stopped.jsonl" --anchors "$anchors" \
+        --out "$work/results/${name}_bench_${anchors}.json" -- "target.name_or_path=$target" \
+        target.dtype=bfloat16 "data.max_length=$max_length" objective.num_anchors=64 \
+        "objective.attention=${ATTENTION:-flex}" > "$work/results/anchors_${name}_${anchors}.log" 2>&1 &
+      pids+=($!)
+    done
+  done
+  wait_all "${pids[@]}"
+  python3 - "$work" <<'EOF'
+import json, sys
+from pathlib import Path
+
+work = Path(sys.argv[1])
+rules = {"train": "anchors a <= length - B (runs 1-4's training rule)",
+         "tail": "the tail (a > length - B: blocks past the end)"}
+out = {"what": "teacher-forced expected tau (benchmarks/heldout_tau.py) of both drafts on chosen blocks of the "
+               "target's greedy answers to the decoding prompts that stopped on their own",
+       "bench_greedy_warmup": json.loads((work / "bench_greedy" / "stats.json").read_text()), "results": {}}
+for anchors, label in rules.items():
+    scores = {name: json.loads((work / "results" / f"{name}_bench_{anchors}.json").read_text())
+              for name in ("flashdraft", "peer")}
+    out["results"][f"bench_stopped / {label}"] = {
+        name: {k: v for k, v in score["results"]["bench_stopped"].items() if k != "spec"}
+        for name, score in scores.items()}
+(work / "results" / "heldout_tau_by_anchors.json").write_text(json.dumps(out, indent=1) + "\n")
+EOF
   ;;
 collect)
   work=$2 out=$3
@@ -125,6 +172,8 @@ for name in ("flashdraft", "peer"):
     weights = (run / "export" / "model.safetensors").read_bytes()
     evidence[name] = {"model.safetensors sha256": hashlib.sha256(weights).hexdigest(),
                       "steps": json.loads((run / "summary.json").read_text())["steps"]}
+if (work / "results" / "heldout_tau_by_anchors.json").exists():
+    shutil.copy(work / "results" / "heldout_tau_by_anchors.json", out / "heldout_tau_by_anchors.json")
 manifests = sorted(work.glob("warmup_prompts_*/manifest.json"))
 evidence["warmup"] = [json.loads(m.read_text()) for m in manifests]
 (out / "evidence.json").write_text(json.dumps(evidence, indent=1) + "\n")
@@ -136,10 +185,11 @@ all)
   bash "$0" warmup "$gguf" "$data" "$work"
   bash "$0" train "$data" "$work"
   for name in flashdraft peer; do bash "$0" evaluate "$name" "$data" "$work"; done
+  bash "$0" anchors "$data" "$work"
   bash "$0" collect "$work" "$out"
   ;;
 *)
-  echo "usage: $0 warmup GGUF DATA WORK | train DATA WORK | evaluate flashdraft|peer DATA WORK" \
+  echo "usage: $0 warmup GGUF DATA WORK | train DATA WORK | evaluate flashdraft|peer DATA WORK | anchors DATA WORK" \
        "| collect WORK OUT | all GGUF DATA WORK OUT" >&2
   exit 2
   ;;
