@@ -116,3 +116,13 @@ def test_fused_and_compiled_layers_decode_token_for_token_like_eager():
                                                                    noise=0.3), max_new_tokens=NEW)
         assert noisy.tokens == reference[:NEW] and any(0 < a < block - 1 for a in noisy.accepted)
     assert hf_greedy(target, ids, NEW) == reference[:NEW]
+
+
+def test_fused_projections_refuse_a_model_cast_after_they_were_built():
+    """A cast gives the linears new tensors: entering would run the stale fused weight, so it is refused."""
+    target = make_target("qwen3")
+    fused = FusedProjections(target)
+    target.double()
+    with pytest.raises(RuntimeError, match="cast or moved"):
+        fused.__enter__()
+    assert all(type(layer.self_attn.q_proj) is nn.Linear for layer in decoder_layers(target))

@@ -88,6 +88,11 @@ class FusedProjections:
         return len({id(part.group) for *_, part in self.swaps})
 
     def __enter__(self) -> FusedProjections:
+        for _parent, name, linear, part in self.swaps:
+            # Casting or moving the model gives its linears new tensors; the fused weight would then be stale.
+            if linear.weight.untyped_storage().data_ptr() != part.group.weight.untyped_storage().data_ptr():
+                raise RuntimeError(f"fused projections: {name} no longer reads the fused weight (the model was "
+                                   "cast or moved after they were built); build them again")
         for parent, name, _linear, part in self.swaps:
             setattr(parent, name, part)
         return self
