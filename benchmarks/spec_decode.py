@@ -19,8 +19,8 @@ cuBLAS, and `--fused-projections`, the target reading q, k, v and gate, up with 
 (`flashdraft.target.fused_projections`, measured faster and since then evaluate's GPU default beside the
 compiled layers; both flags: also the two together). `--flex-decode` adds evaluate's fast path with the
 target's attention as one flex-attention call a layer (inductor's split-KV decoding kernel, the runner's mask
-read inside it) in place of sdpa's mask preprocessing and cuDNN kernel (~0.7 ms of a 5.9 ms step's kernels in
-the sixteenth session's compiled profile). Each step is set
+read inside it) in place of sdpa's mask preprocessing and cuDNN kernel (up to ~0.7 ms of a 5.9 ms step's
+kernels in the sixteenth session's compiled profile). Each step is set
 against its floor, the weight bytes it reads over the measured copy bandwidth
 (`flashdraft.decoding.memory_floor`). `--profile` adds the top kernels of a plain step without CUDA
 graphs (eager, and compiled with `--compiled`); `--dtype float32` times float32 as evaluate runs it

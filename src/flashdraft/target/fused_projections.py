@@ -28,8 +28,8 @@ class _Group:
 
     def __init__(self, linears: list[nn.Linear]):
         self.weight = torch.cat([linear.weight.detach() for linear in linears])
-        has_bias = [linear.bias is not None for linear in linears]
-        self.bias = torch.cat([linear.bias.detach() for linear in linears]) if all(has_bias) else None
+        # All members have a bias or none (FusedProjections skips mixed groups).
+        self.bias = torch.cat([linear.bias.detach() for linear in linears]) if linears[0].bias is not None else None
         self.sizes = [linear.out_features for linear in linears]
         start = 0
         for linear, size in zip(linears, self.sizes):
