@@ -141,11 +141,12 @@ def flex_decode_attention(lengths: set[int], slots: int, device: torch.device):
         counts = torch.full((1, 1, q_blocks), kv_blocks, dtype=torch.int32, device=device)
         indices = torch.arange(kv_blocks, dtype=torch.int32, device=device).expand(1, 1, q_blocks, -1)
         _flex_blocks[length, slots] = counts, indices.contiguous()
+    previous = AttentionInterface()["sdpa"]  # restored as it was, whatever stood there
     AttentionInterface.register("sdpa", _flex_decode)
     try:
         yield
     finally:
-        AttentionInterface.register("sdpa", sdpa_attention_forward)
+        AttentionInterface.register("sdpa", previous)
 
 
 def _entered(*contexts) -> contextlib.ExitStack:

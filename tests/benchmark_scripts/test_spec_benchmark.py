@@ -75,3 +75,8 @@ def test_flex_decode_experiment_decodes_like_eager_without_sdpa_in_compiled_step
             assert generate(plain, ids, max_new_tokens=30).tokens == reference
             assert generate(spec, ids, proposer=proposer, max_new_tokens=30).tokens == reference
     assert len(eager_calls) == 2 * len(decoder_layers(target))  # the two prefills only
+    # transformers' own sdpa function is registered again (a leftover would slow every later compiled test).
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    assert AttentionInterface()["sdpa"] is sdpa_attention_forward
