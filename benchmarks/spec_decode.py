@@ -20,7 +20,10 @@ cuBLAS, and `--fused-projections`, the target reading q, k, v and gate, up with 
 compiled layers; both flags: also the two together). `--flex-decode` adds evaluate's fast path with the
 target's attention as one flex-attention call a layer (inductor's split-KV decoding kernel, the runner's mask
 read inside it) in place of sdpa's mask preprocessing and cuDNN kernel (up to ~0.7 ms of a 5.9 ms step's
-kernels in the sixteenth session's compiled profile). Each step is set
+kernels in the sixteenth session's compiled profile). `--gemv-decode` adds evaluate's fast path with inductor's
+coordinate-descent tuning on, under which it writes each one-row matmul of a plain step as a Triton reduction
+(a matrix-vector kernel tuned for bandwidth, fused with the norm or activation around it) in place of cuBLAS's
+kernel and its split-K reduction; with `--flex-decode` also both together. Each step is set
 against its floor, the weight bytes it reads over the measured copy bandwidth
 (`flashdraft.decoding.memory_floor`). `--profile` adds the top kernels of a plain step without CUDA
 graphs (eager, and compiled with `--compiled`); `--dtype float32` times float32 as evaluate runs it
@@ -322,6 +325,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--flex-decode", action="store_true",
                         help="also time both loops with evaluate's compiled fast path whose target attention is one "
                              "flex-attention decoding kernel a layer (sdpa targets)")
+    parser.add_argument("--gemv-decode", action="store_true",
+                        help="GPU: also time both loops with evaluate's compiled fast path under inductor's "
+                             "coordinate-descent tuning (one-row matmuls become tuned Triton reductions)")
     parser.add_argument("--autotuned-gemms", action="store_true",
                         help="GPU: also time both loops with compiled layers whose matmuls inductor autotunes "
                              "(its Triton templates against cuBLAS: max_autotune_gemm)")
@@ -340,8 +346,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.flex_decode and args.attention not in (None, "sdpa"):
         parser.error("--flex-decode stands in for sdpa attention; leave --attention unset or sdpa")
-    if args.autotuned_gemms and (args.tiny or not torch.cuda.is_available()):
-        parser.error("--autotuned-gemms times GPU kernels; run it on a GPU without --tiny")
+    for flag, on in (("--autotuned-gemms", args.autotuned_gemms), ("--gemv-decode", args.gemv_decode)):
+        if on and (args.tiny or not torch.cuda.is_available()):
+            parser.error(f"{flag} times GPU kernels; run it on a GPU without --tiny")
     shape = "tiny" if args.tiny else args.shape
     device = torch.device("cpu" if args.tiny or not torch.cuda.is_available() else "cuda")
     dtype = getattr(torch, args.dtype or ("float32" if args.tiny else "bfloat16"))
@@ -376,7 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cuda":
         methods["transformers static + compile"] = HFCompiledDecoder(target, max_len)
     with torch.inference_mode():
+        started = time.perf_counter()
         runs = time_methods(methods, prompts, new, block)
+        print(f"unchanged paths: {time.perf_counter() - started:.0f} s", flush=True)
         profiling = args.profile and device.type == "cuda"
         profile = {"eager": profile_plain_step(plain_runner, prompts[0], 32)} if profiling else {}
         # Compiled layers (evaluate's GPU default for attention-only targets), then the experiments on
@@ -386,8 +395,13 @@ def main(argv: list[str] | None = None) -> int:
                     "autotuned": (args.autotuned_gemms,
                                   lambda: torch._inductor.config.patch(max_autotune_gemm=True)),
                     "fused": (args.fused_projections, lambda: FusedProjections(target)),
+                    "fused, gemv": (args.gemv_decode, lambda: _entered(
+                        torch._inductor.config.patch(coordinate_descent_tuning=True), FusedProjections(target))),
                     "fused, flex decode": (args.flex_decode, lambda: _entered(
                         FusedProjections(target), flex_decode_attention({1, block}, max_len, device))),
+                    "fused, gemv, flex decode": (args.gemv_decode and args.flex_decode, lambda: _entered(
+                        torch._inductor.config.patch(coordinate_descent_tuning=True), FusedProjections(target),
+                        flex_decode_attention({1, block}, max_len, device))),
                     # Both experiments together, when both are asked for: each may gain on its own matmuls.
                     "fused, autotuned": (args.fused_projections and args.autotuned_gemms,
                                          lambda: _entered(torch._inductor.config.patch(max_autotune_gemm=True),
@@ -396,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
             if not on:
                 continue
             torch._dynamo.reset()
+            started = time.perf_counter()
             steps = {"spec": StepGraphs.for_device(device, not args.no_cuda_graphs),
                      "plain": StepGraphs.for_device(device, not args.no_cuda_graphs)}
             with setting(), CompiledLayers([*decoder_layers(target), *draft.layers], lengths={1, block}):
@@ -408,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
                 for kind in ("plain", "speculative"):  # progress: a long call keeps what it measured
                     ms = summarise(runs[f"flashdraft {kind}, {label}"])["ms_per_step"]
                     print(f"{label} {kind}: {ms:.2f} ms a step", flush=True)
+                print(f"{label}: {time.perf_counter() - started:.0f} s with compilation", flush=True)
                 if profiling and label == "compiled":
                     profile["compiled"] = profile_plain_step(plain_runner, prompts[0], 32)
             graphs.update({f"{k}, {label}": g for k, g in steps.items()})
