@@ -11,19 +11,19 @@ greedy output, token for token. Prints a table and writes JSON.
 Beside them, so that our plain baseline is never slower than the library's best: transformers' own
 static cache and its forward under `torch.compile(mode="reduce-overhead")`, one token a step
 (`HFCompiledDecoder`; `generate` itself passes a growing 2D mask, which recompiles every step). Then
-both of our loops again with every decoder layer's forward compiled (`--compiled`, evaluate's default
-on GPUs; our CUDA graphs still replay the steps). Two experiments on that compiled step, each with its
+both of our loops again with every decoder layer's forward compiled (`--compiled`, the base of evaluate's
+GPU fast path; our CUDA graphs still replay the steps). Two experiments on that compiled step, each with its
 layers compiled afresh (a batch-1 step is ~250 matrix-vector products whose bandwidth sets most of its
 time): `--autotuned-gemms`, inductor choosing each matmul's kernel by timing its Triton templates against
 cuBLAS, and `--fused-projections`, the target reading q, k, v and gate, up with one matmul each
 (`flashdraft.target.fused_projections`, measured faster and since then evaluate's GPU default beside the
-compiled layers; both flags: also the two together). `--flex-decode` adds evaluate's fast path with the
-target's attention as one flex-attention call a layer (inductor's split-KV decoding kernel, the runner's mask
-read inside it) in place of sdpa's mask preprocessing and cuDNN kernel (up to ~0.7 ms of a 5.9 ms step's
-kernels in the sixteenth session's compiled profile). `--gemv-decode` adds evaluate's fast path with inductor's
-coordinate-descent tuning on, under which it writes each one-row matmul of a plain step as a Triton reduction
-(a matrix-vector kernel tuned for bandwidth, fused with the norm or activation around it) in place of cuBLAS's
-kernel and its split-K reduction; with `--flex-decode` also both together. Each step is set
+compiled layers; both flags: also the two together). `--flex-decode` adds the fused step with the
+target's attention as one flex-attention call a layer (`flashdraft.target.flex_decode`: inductor's split-KV
+decoding kernel, the runner's mask read inside it) in place of sdpa's mask preprocessing and cuDNN kernel,
+measured faster and since then evaluate's GPU default on sdpa targets. `--gemv-decode` adds the fused step
+under inductor's coordinate-descent tuning, with which it writes each one-row matmul of a plain step as a
+Triton reduction (a matrix-vector kernel tuned for bandwidth, fused with the norm or activation around it) in
+place of cuBLAS's kernel and its split-K reduction; with `--flex-decode` also both together. Each step is set
 against its floor, the weight bytes it reads over the measured copy bandwidth
 (`flashdraft.decoding.memory_floor`). `--profile` adds the top kernels of a plain step without CUDA
 graphs (eager, and compiled with `--compiled`); `--dtype float32` times float32 as evaluate runs it
@@ -51,9 +51,7 @@ from pathlib import Path
 
 import torch
 import transformers
-from torch.nn.attention.flex_attention import BlockMask, flex_attention
-from transformers import AttentionInterface, AutoModelForCausalLM, Qwen3Config
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers import AutoModelForCausalLM, Qwen3Config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
@@ -71,6 +69,7 @@ from flashdraft.model import DFlashDraftConfig, DFlashDraftModel  # noqa: E402
 from flashdraft.target import grouped_attention  # noqa: E402
 from flashdraft.target.cache_kwarg import cache_kwarg  # noqa: E402
 from flashdraft.target.compiled_layers import CompiledLayers  # noqa: E402
+from flashdraft.target.flex_decode import FlexDecodeAttention  # noqa: E402
 from flashdraft.target.frozen import decoder_layers  # noqa: E402
 from flashdraft.target.fused_projections import FusedProjections  # noqa: E402
 from flashdraft.target.step_graphs import StepGraphs  # noqa: E402
@@ -101,55 +100,6 @@ SHAPES = {
                    target_layer_ids=[1, 2, 3], block_size=8),
     ),
 }
-
-
-# Key/value blocks of the flex-decoding kernel. The static cache is covered whole, every block "partial", so the
-# runner's mask, read inside the kernel, decides what a query sees; the block lists depend on the step's shape
-# only. They are built before any step compiles: a dict filled while dynamo traces would change its guards and
-# compile every layer again.
-FLEX_BLOCK = 128
-_flex_blocks: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
-
-
-def _flex_decode(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-    """transformers' sdpa attention-function signature, for compiled steps: one flex-attention call (inductor's
-    split-KV decoding kernel for short queries, grouped heads read once) that reads the runner's boolean mask
-    [1, 1, q, >= L] inside the kernel, in place of sdpa's mask preprocessing and cuDNN kernel. Eager calls (a
-    prompt's prefill) take transformers' sdpa path: uncompiled flex attention is a slow reference."""
-    if not torch.compiler.is_compiling() or attention_mask is None or attention_mask.dtype != torch.bool:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
-    length, slots = query.shape[2], key.shape[2]
-    shape = (length, slots)
-    if shape not in _flex_blocks:
-        raise RuntimeError(f"flex decode: no block lists for {length} queries over {slots} cache slots")
-    mask = attention_mask[:1, :1, :, :slots]  # batch 1, as evaluate decodes
-
-    def visible(b, h, q_idx, kv_idx):
-        # The last block reaches past the cache: clamp the read, and hide those positions.
-        return mask[0, 0, q_idx, torch.clamp(kv_idx, max=slots - 1)] & (kv_idx < slots)
-
-    block_mask = BlockMask.from_kv_blocks(*_flex_blocks[shape], BLOCK_SIZE=FLEX_BLOCK, mask_mod=visible,
-                                          seq_lengths=(length, slots), compute_q_blocks=False)
-    out = flex_attention(query, key, value, block_mask=block_mask, scale=scaling, enable_gqa=True)
-    return out.transpose(1, 2).contiguous(), None
-
-
-@contextlib.contextmanager
-def flex_decode_attention(lengths: set[int], slots: int, device: torch.device):
-    """While entered, the target's sdpa attention calls run `_flex_decode` (the experiment of `--flex-decode`),
-    for steps of the given lengths over a static cache of `slots`."""
-    for length in lengths:
-        kv_blocks, q_blocks = -(-slots // FLEX_BLOCK), -(-length // FLEX_BLOCK)
-        counts = torch.full((1, 1, q_blocks), kv_blocks, dtype=torch.int32, device=device)
-        indices = torch.arange(kv_blocks, dtype=torch.int32, device=device).expand(1, 1, q_blocks, -1)
-        _flex_blocks[length, slots] = counts, indices.contiguous()
-    previous = AttentionInterface()["sdpa"]  # restored as it was, whatever stood there
-    AttentionInterface.register("sdpa", _flex_decode)
-    try:
-        yield
-    finally:
-        AttentionInterface.register("sdpa", previous)
 
 
 def _entered(*contexts) -> contextlib.ExitStack:
@@ -323,11 +273,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="also time both loops with compiled layers whose target reads q, k and v (and gate "
                              "and up) with one matmul each (evaluate's GPU default)")
     parser.add_argument("--flex-decode", action="store_true",
-                        help="also time both loops with evaluate's compiled fast path whose target attention is one "
-                             "flex-attention decoding kernel a layer (sdpa targets)")
+                        help="also time both loops with fused projections and the target's attention as one "
+                             "flex-attention decoding kernel a layer (evaluate's GPU fast path on sdpa targets)")
     parser.add_argument("--gemv-decode", action="store_true",
-                        help="GPU: also time both loops with evaluate's compiled fast path under inductor's "
-                             "coordinate-descent tuning (one-row matmuls become tuned Triton reductions)")
+                        help="GPU: also time both loops with fused projections under inductor's coordinate-descent "
+                             "tuning (one-row matmuls become tuned Triton reductions)")
     parser.add_argument("--autotuned-gemms", action="store_true",
                         help="GPU: also time both loops with compiled layers whose matmuls inductor autotunes "
                              "(its Triton templates against cuBLAS: max_autotune_gemm)")
@@ -398,10 +348,10 @@ def main(argv: list[str] | None = None) -> int:
                     "fused, gemv": (args.gemv_decode, lambda: _entered(
                         torch._inductor.config.patch(coordinate_descent_tuning=True), FusedProjections(target))),
                     "fused, flex decode": (args.flex_decode, lambda: _entered(
-                        FusedProjections(target), flex_decode_attention({1, block}, max_len, device))),
+                        FusedProjections(target), FlexDecodeAttention({1, block}, max_len, device))),
                     "fused, gemv, flex decode": (args.gemv_decode and args.flex_decode, lambda: _entered(
                         torch._inductor.config.patch(coordinate_descent_tuning=True), FusedProjections(target),
-                        flex_decode_attention({1, block}, max_len, device))),
+                        FlexDecodeAttention({1, block}, max_len, device))),
                     # Both experiments together, when both are asked for: each may gain on its own matmuls.
                     "fused, autotuned": (args.fused_projections and args.autotuned_gemms,
                                          lambda: _entered(torch._inductor.config.patch(max_autotune_gemm=True),

@@ -96,6 +96,57 @@ def test_speculative_decoding_on_cuda_with_graphs_is_lossless(tiny_target, tmp_p
     assert report["settings"]["compiled"] is (model_type == "qwen3")
     assert report["settings"]["fused_projection_groups"] == (2 * 6 if model_type == "qwen3" else 0)
     assert report["settings"]["target_attention"] == "eager"  # sdpa's float32 kernel is 2.4x slower here
+    assert report["settings"]["flex_decode_attention"] is False  # it stands in for sdpa only
+
+
+def test_flex_decode_fast_path_on_cuda_decodes_like_eager():
+    """evaluate's fast path for sdpa targets (bf16 evaluations take it): fused projections, flex attention and
+    compiled layers under CUDA graphs, here in float32 with IEEE dots, give transformers' eager greedy output
+    in the plain and the speculative loop; the compiled steps call no sdpa."""
+    import contextlib
+
+    from decoding_helpers import NEW, hf_greedy, make_draft, make_target, prompt
+    from flashdraft.decoding.decoding import generate
+    from flashdraft.decoding.evaluate import ieee_float32_dots
+    from flashdraft.decoding.proposers import DraftProposer
+    from flashdraft.decoding.target_runner import TargetRunner
+    from flashdraft.target import flex_decode
+    from flashdraft.target.compiled_layers import CompiledLayers
+    from flashdraft.target.frozen import decoder_layers
+    from flashdraft.target.fused_projections import FusedProjections
+    from flashdraft.target.step_graphs import StepGraphs
+
+    ieee_float32_dots()
+    torch._dynamo.reset()
+    device = torch.device("cuda")
+    target = make_target("qwen3").to(device)
+    block = 5
+    ids = prompt().to(device)
+    reference = hf_greedy(target, ids, NEW)
+    draft = make_draft(target, block_size=block).to(device)
+    max_len = ids.shape[1] + NEW + block + 1
+    plain_runner, spec_runner = TargetRunner(target, [], max_len), TargetRunner(target, [1, 2, 4], max_len)
+    proposer = DraftProposer(draft, target.get_input_embeddings(), target.get_output_embeddings())
+    sdpa_calls = []
+    sdpa = flex_decode.sdpa_attention_forward
+
+    def counted_sdpa(*args, **kwargs):
+        sdpa_calls.append(1)
+        return sdpa(*args, **kwargs)
+
+    flex_decode.sdpa_attention_forward = counted_sdpa
+    try:
+        with contextlib.ExitStack() as stack:
+            for part in (FusedProjections(target), flex_decode.FlexDecodeAttention({1, block}, max_len, device),
+                         CompiledLayers([*decoder_layers(target), *draft.layers], lengths={1, block})):
+                stack.enter_context(part)
+            plain = generate(plain_runner, ids, max_new_tokens=NEW, graphs=StepGraphs.for_device(device))
+            spec = generate(spec_runner, ids, proposer=proposer, max_new_tokens=NEW,
+                            graphs=StepGraphs.for_device(device))
+    finally:
+        flex_decode.sdpa_attention_forward = sdpa
+    assert plain.tokens == reference and spec.tokens == reference
+    assert len(sdpa_calls) == 2 * len(decoder_layers(target))  # the two prompts' eager prefills
 
 
 # Runs one forward of a saved nemotron_h in a fresh process. transformers binds each Mamba-2 function

@@ -63,6 +63,7 @@ def test_cli_writes_a_lossless_report_with_plots(tiny_target, drafts, prompts_fi
     assert report["settings"]["hybrid_target"] == (model_type == "nemotron_h")
     assert report["settings"]["compiled"] is False  # the default compiles on GPUs only
     assert report["settings"]["fused_projection_groups"] == 0  # part of the compiled fast path
+    assert report["settings"]["flex_decode_attention"] is False  # so is flex attention
     assert report["settings"]["target_attention"] == "sdpa"  # eager only for float32 on a GPU
     for name in ("gsm8k", "mine"):
         result = report["benchmarks"][name]
@@ -103,6 +104,8 @@ def test_compiled_evaluation_is_lossless_and_keeps_prompt_lookup_eager(tiny_targ
     assert report["settings"]["compiled"] is True and result["lossless"] == 1.0
     # q/k/v and gate/up of each of the target's layers read with one matmul each, beside the compiled layers.
     assert report["settings"]["fused_projection_groups"] == 2 * 6
+    # and the target's sdpa attention as flex attention in the compiled steps.
+    assert report["settings"]["flex_decode_attention"] is True
     assert result["prompt_lookup"]["supported"] and result["prompt_lookup"]["tau_pooled"] >= 1.0
 
 

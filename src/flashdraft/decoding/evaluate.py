@@ -41,6 +41,7 @@ from flashdraft.model import DFlashDraftModel
 from flashdraft.model.check import check_draft, read_draft_config
 from flashdraft.target.compiled_layers import CompiledLayers, compiles_by_default
 from flashdraft.target.fast_path import fast_path_status
+from flashdraft.target.flex_decode import FlexDecodeAttention
 from flashdraft.target.frozen import FrozenTarget, decoder_layers
 from flashdraft.target.fused_projections import FusedProjections
 from flashdraft.target.source import (
@@ -197,11 +198,15 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
     proposer = DraftProposer(draft_model, frozen.embedding, frozen.lm_head, block)
     hybrid = spec_runner.recurrent is not None
     compiled = compiles_by_default(torch_device, hybrid) if evaluation.compile is None else evaluation.compile
-    # Our loops run the compiled layers, with the target's q/k/v and gate/up read by one matmul each (both
-    # measured faster on a GPU, RESULTS.md section 7); prompt lookup (transformers' generate, a growing cache)
-    # runs the eager layers.
-    fast_path = ([FusedProjections(model), CompiledLayers([*decoder_layers(model), *draft_model.layers],
-                                                          lengths={1, block})] if compiled else [])
+    # Our loops run the compiled layers, with the target's q/k/v and gate/up read by one matmul each and, on
+    # sdpa, its attention as one flex-attention kernel a layer (each measured faster on a GPU, RESULTS.md
+    # section 7); prompt lookup (transformers' generate, a growing cache) runs the eager layers.
+    fast_path = []
+    if compiled:
+        fast_path.append(FusedProjections(model))
+        if attention == "sdpa":
+            fast_path.append(FlexDecodeAttention({1, block}, max_len, torch_device))
+        fast_path.append(CompiledLayers([*decoder_layers(model), *draft_model.layers], lengths={1, block}))
 
     @contextlib.contextmanager
     def our_layers() -> Iterator[None]:
@@ -272,6 +277,7 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
                         "plain": plain_graphs.enabled},
         "compiled": compiled,
         "fused_projection_groups": fast_path[0].groups if fast_path else 0,
+        "flex_decode_attention": any(isinstance(part, FlexDecodeAttention) for part in fast_path),
         "target_attention": attention,
         "copy_bandwidth_gb_s": bandwidth / 1e9,
         "floor_ms_per_step": floors,
