@@ -8,6 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from flashdraft.decoding.decoding import generate
+from flashdraft.decoding.proposers import DraftProposer
 from flashdraft.decoding.target_runner import TargetRunner
 from flashdraft.model import DFlashDraftConfig, DFlashDraftModel
 from tiny_models import tiny_config
@@ -34,6 +35,13 @@ def make_draft(target, block_size: int, seed: int = 1) -> DFlashDraftModel:
         dflash_config={"mask_token_id": 3, "target_layer_ids": [1, 2, 4], "block_size": block_size},
     )
     return DFlashDraftModel(draft_config).eval()
+
+
+def loops(target, draft: DFlashDraftModel, max_len: int) -> tuple[TargetRunner, TargetRunner, DraftProposer]:
+    """(plain runner, speculative runner tapping the draft's layers, the draft's proposer) over `max_len`
+    cache slots, as evaluate builds them."""
+    return (TargetRunner(target, [], max_len), TargetRunner(target, draft.target_layer_ids, max_len),
+            DraftProposer(draft, target.get_input_embeddings(), target.get_output_embeddings()))
 
 
 def prompt(seed: int = 0) -> torch.Tensor:

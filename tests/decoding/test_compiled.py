@@ -7,14 +7,12 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from decoding_helpers import NEW, OracleProposer, hf_greedy, make_draft, make_target, prompt
+from decoding_helpers import NEW, OracleProposer, hf_greedy, loops, make_draft, make_target, prompt
 from flashdraft.target.compiled_layers import CompiledLayers, compiles_by_default
 from flashdraft.decoding.decoding import generate
 from flashdraft.decoding.memory_floor import (
     copy_bandwidth, floor_ms, parameter_bytes, speculative_step_bytes, target_step_bytes,
 )
-from flashdraft.decoding.proposers import DraftProposer
-from flashdraft.decoding.target_runner import TargetRunner
 from flashdraft.target.frozen import decoder_layers
 
 
@@ -43,9 +41,8 @@ def test_compiled_layers_decode_token_for_token_like_eager():
     reference = hf_greedy(target, ids, NEW + block)
     reference_longer = hf_greedy(target, longer, NEW)
     draft = make_draft(target, block_size=block)
-    proposer = DraftProposer(draft, target.get_input_embeddings(), target.get_output_embeddings())
     max_len = longer.shape[1] + NEW + block + 1  # one size for every prompt, as evaluate sizes its runners
-    plain_runner, spec_runner = TargetRunner(target, [], max_len), TargetRunner(target, [1, 2, 4], max_len)
+    plain_runner, spec_runner, proposer = loops(target, draft, max_len)
     layers = CompiledLayers([*decoder_layers(target), *draft.layers], lengths={1, block})
     with layers:
         assert all("forward" in vars(layer) for layer in [*target.model.layers, *draft.layers])

@@ -105,11 +105,9 @@ def test_flex_decode_fast_path_on_cuda_decodes_like_eager():
     in the plain and the speculative loop; the compiled steps call no sdpa."""
     import contextlib
 
-    from decoding_helpers import NEW, hf_greedy, make_draft, make_target, prompt
+    from decoding_helpers import NEW, hf_greedy, loops, make_draft, make_target, prompt
     from flashdraft.decoding.decoding import generate
     from flashdraft.decoding.evaluate import ieee_float32_dots
-    from flashdraft.decoding.proposers import DraftProposer
-    from flashdraft.decoding.target_runner import TargetRunner
     from flashdraft.target import flex_decode
     from flashdraft.target.compiled_layers import CompiledLayers
     from flashdraft.target.frozen import decoder_layers
@@ -125,8 +123,7 @@ def test_flex_decode_fast_path_on_cuda_decodes_like_eager():
     reference = hf_greedy(target, ids, NEW)
     draft = make_draft(target, block_size=block).to(device)
     max_len = ids.shape[1] + NEW + block + 1
-    plain_runner, spec_runner = TargetRunner(target, [], max_len), TargetRunner(target, [1, 2, 4], max_len)
-    proposer = DraftProposer(draft, target.get_input_embeddings(), target.get_output_embeddings())
+    plain_runner, spec_runner, proposer = loops(target, draft, max_len)
     sdpa_calls = []
     sdpa = flex_decode.sdpa_attention_forward
 

@@ -11,10 +11,8 @@ from torch._dynamo.utils import counters
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from decoding_helpers import NEW, OracleProposer, hf_greedy, make_draft, make_target, prompt
+from decoding_helpers import NEW, OracleProposer, hf_greedy, loops, make_draft, make_target, prompt
 from flashdraft.decoding.decoding import generate
-from flashdraft.decoding.proposers import DraftProposer
-from flashdraft.decoding.target_runner import TargetRunner
 from flashdraft.target import flex_decode
 from flashdraft.target.compiled_layers import CompiledLayers
 from flashdraft.target.flex_decode import FlexDecodeAttention
@@ -74,8 +72,7 @@ def test_fast_path_with_flex_decode_decodes_like_eager_and_compiles_once(monkeyp
     reference = hf_greedy(target, ids, NEW + block)
     draft = make_draft(target, block_size=block)
     max_len = ids.shape[1] + NEW + block + 1
-    plain_runner, spec_runner = TargetRunner(target, [], max_len), TargetRunner(target, [1, 2, 4], max_len)
-    proposer = DraftProposer(draft, target.get_input_embeddings(), target.get_output_embeddings())
+    plain_runner, spec_runner, proposer = loops(target, draft, max_len)
     fast_path = [FusedProjections(target), FlexDecodeAttention({1, block}, max_len, torch.device("cpu")),
                  CompiledLayers([*decoder_layers(target), *draft.layers], lengths={1, block})]
     layers = len(decoder_layers(target))

@@ -8,10 +8,8 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM
 
-from decoding_helpers import NEW, OracleProposer, hf_greedy, make_draft, make_target, prompt
+from decoding_helpers import NEW, OracleProposer, hf_greedy, loops, make_draft, make_target, prompt
 from flashdraft.decoding.decoding import generate
-from flashdraft.decoding.proposers import DraftProposer
-from flashdraft.decoding.target_runner import TargetRunner
 from flashdraft.target.compiled_layers import CompiledLayers
 from flashdraft.target.frozen import decoder_layers
 from flashdraft.target.fused_projections import FusedProjections
@@ -105,8 +103,7 @@ def test_fused_and_compiled_layers_decode_token_for_token_like_eager():
     reference = hf_greedy(target, ids, NEW + block)
     draft = make_draft(target, block_size=block)
     max_len = ids.shape[1] + NEW + block + 1
-    plain_runner, spec_runner = TargetRunner(target, [], max_len), TargetRunner(target, [1, 2, 4], max_len)
-    proposer = DraftProposer(draft, target.get_input_embeddings(), target.get_output_embeddings())
+    plain_runner, spec_runner, proposer = loops(target, draft, max_len)
     fused = FusedProjections(target)
     compiled = CompiledLayers([*decoder_layers(target), *draft.layers], lengths={1, block})
     with fused, compiled:
