@@ -1,7 +1,7 @@
 """The target's attention in the compiled decoding steps as one flex-attention call a layer.
 
-In a compiled batch-1 step, sdpa over the static cache with the runner's boolean mask is cuDNN's kernel
-plus the mask's preprocessing around it: five kernels a layer, up to ~0.7 ms of a Qwen3-8B step's ~5.9 ms of
+In a compiled batch-1 step, sdpa over the static cache with the runner's boolean mask is cuDNN's kernel, a
+reduction and the fused kernels that prepare its inputs: up to ~0.7 ms of a Qwen3-8B step's ~5.9 ms of
 kernels on one H200. flex attention reads the mask inside its kernel (inductor's split-KV decoding kernel
 for short queries, each key/value head read once for its group of query heads). Measured there in one run
 (bf16, batch 1, fused projections, compiled layers, CUDA graphs; benchmarks/RESULTS.md section 7): plain
@@ -21,9 +21,10 @@ BLOCK = 128
 
 
 class FlexDecodeAttention:
-    """While entered, transformers' "sdpa" attention function (of every model: register it around the steps
-    only) runs flex attention in calls that torch.compile traces with a boolean mask, a query length in
-    `lengths` and `slots` keys: the fixed-shape steps of `CompiledLayers` over the runners' static caches.
+    """While entered, transformers' "sdpa" attention function, that of every model in the process (so enter
+    it around the decoding steps only), runs flex attention in calls that torch.compile traces with a boolean
+    mask, a query length in `lengths` and `slots` keys: the fixed-shape steps of `CompiledLayers` over the
+    runners' static caches.
     Every other call (a prompt's eager prefill; uncompiled flex attention is a slow reference) takes
     transformers' sdpa. On exit the function that was registered before is back."""
 
