@@ -6,7 +6,8 @@ runs per prompt: our speculative loop and our plain decoding (static caches + CU
 runs are in bf16, where the two loops' different kernels may flip a near-tie between two random-weight
 logits, so there the report gives the first position at which the outputs part. Equality is then
 asserted in float32 on the same weights (one prompt): our speculative output == z-lab's == our plain
-greedy output, token for token. Prints a table and writes JSON.
+greedy output, token for token. Prints a table and writes JSON, also after each timed variant (`complete`
+false until the end), so a run cut off by a time limit keeps what it measured.
 
 Beside them, so that our plain baseline is never slower than the library's best: transformers' own
 static cache and its forward under `torch.compile(mode="reduce-overhead")`, one token a step
@@ -43,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import platform
 import sys
 import time
@@ -65,6 +65,7 @@ from flashdraft.decoding.memory_floor import (  # noqa: E402
 )
 from flashdraft.decoding.proposers import DraftProposer  # noqa: E402
 from flashdraft.decoding.target_runner import TargetRunner  # noqa: E402
+from flashdraft.files import write_json  # noqa: E402
 from flashdraft.model import DFlashDraftConfig, DFlashDraftModel  # noqa: E402
 from flashdraft.target import grouped_attention  # noqa: E402
 from flashdraft.target.cache_kwarg import cache_kwarg  # noqa: E402
@@ -332,16 +333,68 @@ def main(argv: list[str] | None = None) -> int:
         methods["z-lab plain (block 1)"] = lambda ids, n: run_zlab(ref, target, ids, n, 1)
     if device.type == "cuda":
         methods["transformers static + compile"] = HFCompiledDecoder(target, max_len)
+    bandwidth = copy_bandwidth(device)
+    floors = {"plain": floor_ms(target_step_bytes(target), bandwidth),
+              "speculative": floor_ms(speculative_step_bytes(target, draft), bandwidth)}
+    enabled = {}  # CUDA graphs in use, by loop; kept apart from the graphs, which are freed before the float32 check
+
+    def write_report(exact: dict | None) -> dict:
+        """The report of what has run so far, written to --out: after each variant, so that a call cut off
+        by a time limit keeps its measurements (`complete` false), and at the end with the float32 check."""
+        results = {name: summarise(r) for name, r in runs.items()}
+        for name, r in results.items():
+            drafted = "speculative" in name or "dflash_generate" in name
+            r["floor_ms_per_step"] = floors["speculative" if drafted else "plain"]
+            r["vs_floor"] = r["ms_per_step"] / r["floor_ms_per_step"]
+        ours, theirs = runs["flashdraft speculative"], runs.get("z-lab dflash_generate")
+        parted = [first_difference(a["tokens"], b["tokens"]) for a, b in zip(ours, theirs)] if theirs else None
+        # Compiled kernels round differently: in bf16 a near-tie may flip, so report where outputs part.
+        variants_parted = {
+            f"{kind}, {label}": [first_difference(a["tokens"], b["tokens"])
+                                 for a, b in zip(runs[f"flashdraft {kind}"], runs[f"flashdraft {kind}, {label}"])]
+            for label in settings for kind in ("speculative", "plain")
+            if f"flashdraft {kind}, {label}" in runs}
+        report = {
+            "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
+            "complete": exact is not None,
+            "shape": shape, "dtype": str(dtype).removeprefix("torch."), "attention": attention, "block_size": block,
+            "prompts": args.prompts, "prompt_len": prompt_len, "max_new_tokens": new,
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+            "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                         "python": platform.python_version()},
+            "cuda_graphs": dict(enabled),
+            "results": results,
+            "ours_over_zlab_speculative": (results["flashdraft speculative"]["tokens_per_s"]
+                                           / results["z-lab dflash_generate"]["tokens_per_s"] if theirs else None),
+            "speedup_ours": (results["flashdraft speculative"]["tokens_per_s"]
+                             / results["flashdraft plain"]["tokens_per_s"]),
+            "speedup_zlab": (results["z-lab dflash_generate"]["tokens_per_s"]
+                             / results["z-lab plain (block 1)"]["tokens_per_s"] if theirs else None),
+            "first_difference_from_zlab": parted,
+            "variants_first_difference_from_eager": variants_parted,
+            "copy_bandwidth_gb_s": bandwidth / 1e9,
+            "floor_ms_per_step": floors,
+            "profile_plain_step": profile,
+            "float32": exact,
+        }
+        write_json(args.out, report)
+        return report
+
+    settings: dict = {}
+    profile: dict = {}
     with torch.inference_mode():
         started = time.perf_counter()
         runs = time_methods(methods, prompts, new, block)
         print(f"unchanged paths: {time.perf_counter() - started:.0f} s", flush=True)
+        enabled.update({k: g.enabled for k, g in graphs.items()})
+        write_report(None)
         profiling = args.profile and device.type == "cuda"
-        profile = {"eager": profile_plain_step(plain_runner, prompts[0], 32)} if profiling else {}
+        if profiling:
+            profile["eager"] = profile_plain_step(plain_runner, prompts[0], 32)
         # Compiled layers (evaluate's GPU default for attention-only targets), then the experiments on
         # that step, each with its layers compiled afresh (after a reset, the graphs of the one before would
         # be reused as they are).
-        settings = {"compiled": (args.compiled, contextlib.nullcontext),
+        settings.update({"compiled": (args.compiled, contextlib.nullcontext),
                     "autotuned": (args.autotuned_gemms,
                                   lambda: torch._inductor.config.patch(max_autotune_gemm=True)),
                     "fused": (args.fused_projections, lambda: FusedProjections(target)),
@@ -355,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
                     # Both experiments together, when both are asked for: each may gain on its own matmuls.
                     "fused, autotuned": (args.fused_projections and args.autotuned_gemms,
                                          lambda: _entered(torch._inductor.config.patch(max_autotune_gemm=True),
-                                                          FusedProjections(target)))}
+                                                          FusedProjections(target)))})
         for label, (on, setting) in settings.items():
             if not on:
                 continue
@@ -377,55 +430,21 @@ def main(argv: list[str] | None = None) -> int:
                 if profiling and label == "compiled":
                     profile["compiled"] = profile_plain_step(plain_runner, prompts[0], 32)
             graphs.update({f"{k}, {label}": g for k, g in steps.items()})
+            enabled.update({f"{k}, {label}": g.enabled for k, g in steps.items()})
+            write_report(None)
 
-    results = {name: summarise(r) for name, r in runs.items()}
-    bandwidth = copy_bandwidth(device)
-    floors = {"plain": floor_ms(target_step_bytes(target), bandwidth),
-              "speculative": floor_ms(speculative_step_bytes(target, draft), bandwidth)}
-    for name, r in results.items():
-        drafted = "speculative" in name or "dflash_generate" in name
-        r["floor_ms_per_step"] = floors["speculative" if drafted else "plain"]
-        r["vs_floor"] = r["ms_per_step"] / r["floor_ms_per_step"]
     ours, theirs = runs["flashdraft speculative"], runs.get("z-lab dflash_generate")
-    parted = [first_difference(a["tokens"], b["tokens"]) for a, b in zip(ours, theirs)] if theirs else None
-    ratio = (results["flashdraft speculative"]["tokens_per_s"] / results["z-lab dflash_generate"]["tokens_per_s"]
-             if theirs else None)
-    graphs_enabled = {k: g.enabled for k, g in graphs.items()}
-    # Compiled kernels round differently: in bf16 a near-tie may flip, so report where outputs part.
-    variants_parted = {
-        f"{kind}, {label}": [first_difference(a["tokens"], b["tokens"])
-                             for a, b in zip(runs[f"flashdraft {kind}"], runs[f"flashdraft {kind}, {label}"])]
-        for label in settings for kind in ("speculative", "plain")
-        if f"flashdraft {kind}, {label}" in runs}
     if args.no_zlab:
         exact = {}
     elif dtype == torch.float32:
-        exact = {"identical_to_zlab": all(p is None for p in parted),
+        exact = {"identical_to_zlab": all(a["tokens"] == b["tokens"] for a, b in zip(ours, theirs)),
                  "identical_to_plain": all(a["tokens"] == b["tokens"] for a, b in zip(ours, runs["flashdraft plain"]))}
     else:
         del spec_runner, plain_runner, proposer, graphs, methods
         exact = float32_check(target, draft, prompts[0], min(new, 128), max_len, not args.no_cuda_graphs)
-    report = {
-        "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
-        "shape": shape, "dtype": str(dtype).removeprefix("torch."), "attention": attention, "block_size": block,
-        "prompts": args.prompts, "prompt_len": prompt_len, "max_new_tokens": new,
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                     "python": platform.python_version()},
-        "cuda_graphs": graphs_enabled,
-        "results": results,
-        "ours_over_zlab_speculative": ratio,
-        "speedup_ours": results["flashdraft speculative"]["tokens_per_s"] / results["flashdraft plain"]["tokens_per_s"],
-        "speedup_zlab": (results["z-lab dflash_generate"]["tokens_per_s"] / results["z-lab plain (block 1)"]["tokens_per_s"]
-                         if theirs else None),
-        "first_difference_from_zlab": parted,
-        "variants_first_difference_from_eager": variants_parted,
-        "copy_bandwidth_gb_s": bandwidth / 1e9,
-        "floor_ms_per_step": floors,
-        "profile_plain_step": profile,
-        "float32": exact,
-    }
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    report = write_report(exact)
+    results, parted = report["results"], report["first_difference_from_zlab"]
+    ratio, variants_parted = report["ours_over_zlab_speculative"], report["variants_first_difference_from_eager"]
 
     print(f"{shape} {report['dtype']} on {report['device']}, block {block}, {args.prompts} prompts x "
           f"{prompt_len} tokens, {new} new tokens")
