@@ -99,7 +99,7 @@ def test_speculative_decoding_on_cuda_with_graphs_is_lossless(tiny_target, tmp_p
     assert report["settings"]["flex_decode_attention"] is False  # it stands in for sdpa only
 
 
-def test_flex_decode_fast_path_on_cuda_decodes_like_eager():
+def test_flex_decode_fast_path_on_cuda_decodes_like_eager(monkeypatch):
     """evaluate's fast path for sdpa targets (bf16 evaluations take it): fused projections, flex attention and
     compiled layers under CUDA graphs, here in float32 with IEEE dots, give transformers' eager greedy output
     in the plain and the speculative loop; the compiled steps call no sdpa."""
@@ -131,17 +131,13 @@ def test_flex_decode_fast_path_on_cuda_decodes_like_eager():
         sdpa_calls.append(1)
         return sdpa(*args, **kwargs)
 
-    flex_decode.sdpa_attention_forward = counted_sdpa
-    try:
-        with contextlib.ExitStack() as stack:
-            for part in (FusedProjections(target), flex_decode.FlexDecodeAttention({1, block}, max_len, device),
-                         CompiledLayers([*decoder_layers(target), *draft.layers], lengths={1, block})):
-                stack.enter_context(part)
-            plain = generate(plain_runner, ids, max_new_tokens=NEW, graphs=StepGraphs.for_device(device))
-            spec = generate(spec_runner, ids, proposer=proposer, max_new_tokens=NEW,
-                            graphs=StepGraphs.for_device(device))
-    finally:
-        flex_decode.sdpa_attention_forward = sdpa
+    monkeypatch.setattr(flex_decode, "sdpa_attention_forward", counted_sdpa)
+    with contextlib.ExitStack() as stack:
+        for part in (FusedProjections(target), flex_decode.FlexDecodeAttention({1, block}, max_len, device),
+                     CompiledLayers([*decoder_layers(target), *draft.layers], lengths={1, block})):
+            stack.enter_context(part)
+        plain = generate(plain_runner, ids, max_new_tokens=NEW, graphs=StepGraphs.for_device(device))
+        spec = generate(spec_runner, ids, proposer=proposer, max_new_tokens=NEW, graphs=StepGraphs.for_device(device))
     assert plain.tokens == reference and spec.tokens == reference
     assert len(sdpa_calls) == 2 * len(decoder_layers(target))  # the two prompts' eager prefills
 
