@@ -391,24 +391,24 @@ def main(argv: list[str] | None = None) -> int:
         profiling = args.profile and device.type == "cuda"
         if profiling:
             profile["eager"] = profile_plain_step(plain_runner, prompts[0], 32)
-        # Compiled layers (evaluate's GPU default for attention-only targets), then the experiments on
+        # Compiled layers (the base of evaluate's GPU fast path), then the experiments on
         # that step, each with its layers compiled afresh (after a reset, the graphs of the one before would
         # be reused as they are).
         settings.update({"compiled": (args.compiled, contextlib.nullcontext),
-                    "autotuned": (args.autotuned_gemms,
-                                  lambda: torch._inductor.config.patch(max_autotune_gemm=True)),
-                    "fused": (args.fused_projections, lambda: FusedProjections(target)),
-                    "fused, gemv": (args.gemv_decode, lambda: _entered(
-                        torch._inductor.config.patch(coordinate_descent_tuning=True), FusedProjections(target))),
-                    "fused, flex decode": (args.flex_decode, lambda: _entered(
-                        FusedProjections(target), FlexDecodeAttention({1, block}, max_len, device))),
-                    "fused, gemv, flex decode": (args.gemv_decode and args.flex_decode, lambda: _entered(
-                        torch._inductor.config.patch(coordinate_descent_tuning=True), FusedProjections(target),
-                        FlexDecodeAttention({1, block}, max_len, device))),
-                    # Both experiments together, when both are asked for: each may gain on its own matmuls.
-                    "fused, autotuned": (args.fused_projections and args.autotuned_gemms,
-                                         lambda: _entered(torch._inductor.config.patch(max_autotune_gemm=True),
-                                                          FusedProjections(target)))})
+                        "autotuned": (args.autotuned_gemms,
+                                      lambda: torch._inductor.config.patch(max_autotune_gemm=True)),
+                        "fused": (args.fused_projections, lambda: FusedProjections(target)),
+                        "fused, gemv": (args.gemv_decode, lambda: _entered(
+                            torch._inductor.config.patch(coordinate_descent_tuning=True), FusedProjections(target))),
+                        "fused, flex decode": (args.flex_decode, lambda: _entered(
+                            FusedProjections(target), FlexDecodeAttention({1, block}, max_len, device))),
+                        "fused, gemv, flex decode": (args.gemv_decode and args.flex_decode, lambda: _entered(
+                            torch._inductor.config.patch(coordinate_descent_tuning=True), FusedProjections(target),
+                            FlexDecodeAttention({1, block}, max_len, device))),
+                        # Both experiments together, when both are asked for: each may gain on its own matmuls.
+                        "fused, autotuned": (args.fused_projections and args.autotuned_gemms,
+                                             lambda: _entered(torch._inductor.config.patch(max_autotune_gemm=True),
+                                                              FusedProjections(target)))})
         for label, (on, setting) in settings.items():
             if not on:
                 continue

@@ -44,6 +44,16 @@ def loops(target, draft: DFlashDraftModel, max_len: int) -> tuple[TargetRunner, 
             DraftProposer(draft, target.get_input_embeddings(), target.get_output_embeddings()))
 
 
+def qwen3_case(block: int, device: torch.device = torch.device("cpu")):
+    """(target, draft, prompt, the target's eager greedy continuation of NEW + block tokens, cache slots for
+    NEW new tokens): the tiny qwen3 setup of the fast-path tests, on `device`."""
+    target = make_target("qwen3").to(device)
+    ids = prompt().to(device)
+    reference = hf_greedy(target, ids, NEW + block)
+    draft = make_draft(target, block_size=block).to(device)
+    return target, draft, ids, reference, ids.shape[1] + NEW + block + 1
+
+
 def prompt(seed: int = 0) -> torch.Tensor:
     return torch.randint(4, 260, (1, PROMPT_LEN), generator=torch.Generator().manual_seed(seed))
 

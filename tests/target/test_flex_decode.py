@@ -11,7 +11,7 @@ from torch._dynamo.utils import counters
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from decoding_helpers import NEW, OracleProposer, hf_greedy, loops, make_draft, make_target, prompt
+from decoding_helpers import NEW, OracleProposer, loops, qwen3_case
 from flashdraft.decoding.decoding import generate
 from flashdraft.target import flex_decode
 from flashdraft.target.compiled_layers import CompiledLayers
@@ -66,12 +66,8 @@ def test_fast_path_with_flex_decode_decodes_like_eager_and_compiles_once(monkeyp
         return sdpa_attention_forward(*args, **kwargs)
 
     monkeypatch.setattr(flex_decode, "sdpa_attention_forward", counted_sdpa)
-    target = make_target("qwen3")
     block = 5
-    ids = prompt()
-    reference = hf_greedy(target, ids, NEW + block)
-    draft = make_draft(target, block_size=block)
-    max_len = ids.shape[1] + NEW + block + 1
+    target, draft, ids, reference, max_len = qwen3_case(block)
     plain_runner, spec_runner, proposer = loops(target, draft, max_len)
     fast_path = [FusedProjections(target), FlexDecodeAttention({1, block}, max_len, torch.device("cpu")),
                  CompiledLayers([*decoder_layers(target), *draft.layers], lengths={1, block})]

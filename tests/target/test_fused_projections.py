@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM
 
-from decoding_helpers import NEW, OracleProposer, hf_greedy, loops, make_draft, make_target, prompt
+from decoding_helpers import NEW, OracleProposer, hf_greedy, loops, make_target, prompt, qwen3_case
 from flashdraft.decoding.decoding import generate
 from flashdraft.target.compiled_layers import CompiledLayers
 from flashdraft.target.frozen import decoder_layers
@@ -97,12 +97,8 @@ def test_fused_and_compiled_layers_decode_token_for_token_like_eager():
     """evaluate's GPU fast path, here on the CPU in float32: fused projections inside compiled layers give
     transformers' eager greedy output in the plain loop and the speculative one, partial accepts too."""
     torch._dynamo.reset()  # earlier tests' graphs of the shared layer code would count toward its limit
-    target = make_target("qwen3")
     block = 5
-    ids = prompt()
-    reference = hf_greedy(target, ids, NEW + block)
-    draft = make_draft(target, block_size=block)
-    max_len = ids.shape[1] + NEW + block + 1
+    target, draft, ids, reference, max_len = qwen3_case(block)
     plain_runner, spec_runner, proposer = loops(target, draft, max_len)
     fused = FusedProjections(target)
     compiled = CompiledLayers([*decoder_layers(target), *draft.layers], lengths={1, block})
