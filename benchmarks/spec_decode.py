@@ -19,7 +19,7 @@ time): `--autotuned-gemms`, inductor choosing each matmul's kernel by timing its
 cuBLAS, and `--fused-projections`, the target reading q, k, v and gate, up with one matmul each
 (`flashdraft.target.fused_projections`, measured faster and since then evaluate's GPU default beside the
 compiled layers; both flags: also the two together). `--flex-decode` adds the fused step with the
-target's attention as one flex-attention call a layer (`flashdraft.target.flex_decode`: inductor's split-KV
+one-token step's attention as one flex-attention call a layer (`flashdraft.target.flex_decode`: inductor's split-KV
 decoding kernel, the runner's mask read inside it) in place of sdpa's mask preprocessing and cuDNN kernel,
 measured faster and since then evaluate's GPU default on sdpa targets. `--gemv-decode` adds the fused step
 under inductor's coordinate-descent tuning, with which it writes each one-row matmul of a plain step as a
@@ -401,10 +401,10 @@ def main(argv: list[str] | None = None) -> int:
                         "fused, gemv": (args.gemv_decode, lambda: _entered(
                             torch._inductor.config.patch(coordinate_descent_tuning=True), FusedProjections(target))),
                         "fused, flex decode": (args.flex_decode, lambda: _entered(
-                            FusedProjections(target), FlexDecodeAttention({1, block}, max_len, device))),
+                            FusedProjections(target), FlexDecodeAttention(max_len, device))),
                         "fused, gemv, flex decode": (args.gemv_decode and args.flex_decode, lambda: _entered(
                             torch._inductor.config.patch(coordinate_descent_tuning=True), FusedProjections(target),
-                            FlexDecodeAttention({1, block}, max_len, device))),
+                            FlexDecodeAttention(max_len, device))),
                         # Both experiments together, when both are asked for: each may gain on its own matmuls.
                         "fused, autotuned": (args.fused_projections and args.autotuned_gemms,
                                              lambda: _entered(torch._inductor.config.patch(max_autotune_gemm=True),

@@ -54,6 +54,36 @@ def qwen3_case(block: int, device: torch.device = torch.device("cpu")):
     return target, draft, ids, reference, ids.shape[1] + NEW + block + 1
 
 
+def eager_sdpa_calls(monkeypatch) -> list[int]:
+    """The query lengths of transformers' sdpa calls that `FlexDecodeAttention` passes on outside compiled
+    code (prefills; a compiled step that fell back to eager). Compiled calls are not recorded: a list
+    written while tracing would be guarded on and recompile every step."""
+    from flashdraft.target import flex_decode
+
+    calls, sdpa = [], flex_decode.sdpa_attention_forward
+
+    def counted(*args, **kwargs):
+        if not torch.compiler.is_compiling():
+            calls.append(args[1].shape[2])
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(flex_decode, "sdpa_attention_forward", counted)
+    return calls
+
+
+def compiled_attention(fn):
+    """(fn(), the attention ops, of "flex_attention" and "scaled_dot_product", in the code inductor
+    compiled while fn ran: none when it compiled nothing)."""
+    from unittest import mock
+
+    from torch._inductor.graph import GraphLowering
+
+    codes = []  # torch._inductor.utils.run_and_get_code does this too, but resets dynamo first
+    with mock.patch.object(GraphLowering, "save_output_code", codes.append):
+        result = fn()
+    return result, {op for op in ("flex_attention", "scaled_dot_product") if any(op in code for code in codes)}
+
+
 def prompt(seed: int = 0) -> torch.Tensor:
     return torch.randint(4, 260, (1, PROMPT_LEN), generator=torch.Generator().manual_seed(seed))
 

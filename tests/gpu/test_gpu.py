@@ -100,16 +100,18 @@ def test_speculative_decoding_on_cuda_with_graphs_is_lossless(tiny_target, tmp_p
 
 
 def test_flex_decode_fast_path_on_cuda_decodes_like_eager(monkeypatch):
-    """evaluate's fast path for sdpa targets (bf16 evaluations take it): fused projections, flex attention and
-    compiled layers under CUDA graphs, here in float32 with IEEE dots, give transformers' eager greedy output
-    in the plain and the speculative loop; the compiled steps call no sdpa."""
+    """evaluate's fast path for sdpa targets (bf16 evaluations take it): fused projections, flex attention in
+    the one-token step and compiled layers under CUDA graphs, here in float32 with IEEE dots, give
+    transformers' eager greedy output in the plain and the speculative loop; flex attention is compiled into
+    the one-token step and not into the verify (flex_decode's docstring: it changed the verify's output
+    here); eager sdpa only in the prefills."""
     import contextlib
 
-    from decoding_helpers import NEW, loops, qwen3_case
+    from decoding_helpers import NEW, PROMPT_LEN, compiled_attention, eager_sdpa_calls, loops, qwen3_case
     from flashdraft.decoding.decoding import generate
     from flashdraft.decoding.evaluate import ieee_float32_dots
-    from flashdraft.target import flex_decode
     from flashdraft.target.compiled_layers import CompiledLayers
+    from flashdraft.target.flex_decode import FlexDecodeAttention
     from flashdraft.target.frozen import decoder_layers
     from flashdraft.target.fused_projections import FusedProjections
     from flashdraft.target.step_graphs import StepGraphs
@@ -120,22 +122,18 @@ def test_flex_decode_fast_path_on_cuda_decodes_like_eager(monkeypatch):
     block = 5
     target, draft, ids, reference, max_len = qwen3_case(block, device)
     plain_runner, spec_runner, proposer = loops(target, draft, max_len)
-    sdpa_calls = []
-    sdpa = flex_decode.sdpa_attention_forward
-
-    def counted_sdpa(*args, **kwargs):
-        sdpa_calls.append(1)
-        return sdpa(*args, **kwargs)
-
-    monkeypatch.setattr(flex_decode, "sdpa_attention_forward", counted_sdpa)
+    sdpa_calls = eager_sdpa_calls(monkeypatch)
     with contextlib.ExitStack() as stack:
-        for part in (FusedProjections(target), flex_decode.FlexDecodeAttention({1, block}, max_len, device),
+        for part in (FusedProjections(target), FlexDecodeAttention(max_len, device),
                      CompiledLayers([*decoder_layers(target), *draft.layers], lengths={1, block})):
             stack.enter_context(part)
-        plain = generate(plain_runner, ids, max_new_tokens=NEW, graphs=StepGraphs.for_device(device))
-        spec = generate(spec_runner, ids, proposer=proposer, max_new_tokens=NEW, graphs=StepGraphs.for_device(device))
+        plain, plain_ops = compiled_attention(
+            lambda: generate(plain_runner, ids, max_new_tokens=NEW, graphs=StepGraphs.for_device(device)))
+        spec, spec_ops = compiled_attention(lambda: generate(
+            spec_runner, ids, proposer=proposer, max_new_tokens=NEW, graphs=StepGraphs.for_device(device)))
     assert plain.tokens == reference[:NEW] and spec.tokens == reference[:NEW]
-    assert len(sdpa_calls) == 2 * len(decoder_layers(target))  # the two prompts' eager prefills
+    assert plain_ops == {"flex_attention"} and "flex_attention" not in spec_ops
+    assert sdpa_calls == [PROMPT_LEN] * 2 * len(decoder_layers(target))  # the two prompts' eager prefills
 
 
 # Runs one forward of a saved nemotron_h in a fresh process. transformers binds each Mamba-2 function

@@ -1,6 +1,6 @@
 """Flex attention in the compiled decoding steps (evaluate's fast path on sdpa targets): sdpa's numbers for
-any mask, evaluate's greedy output token for token with no sdpa left in a compiled step, no recompilation
-when the fast path is entered again, and transformers' own function back on exit."""
+any mask, evaluate's greedy output token for token with no sdpa left in a compiled one-token step, no
+recompilation when the fast path is entered again, and transformers' own function back on exit."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ from torch._dynamo.utils import counters
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from decoding_helpers import NEW, OracleProposer, loops, qwen3_case
+from decoding_helpers import NEW, PROMPT_LEN, OracleProposer, compiled_attention, eager_sdpa_calls, loops, qwen3_case
 from flashdraft.decoding.decoding import generate
-from flashdraft.target import flex_decode
 from flashdraft.target.compiled_layers import CompiledLayers
 from flashdraft.target.flex_decode import FlexDecodeAttention
 from flashdraft.target.frozen import decoder_layers
@@ -30,19 +29,19 @@ class _Attention(nn.Module):
     is_causal = True
 
 
-@pytest.mark.parametrize("length,rows,mask_rows", [(1, 1, 1), (5, 2, 2), (5, 2, 1)])
-def test_flex_decode_gives_sdpas_attention_for_any_mask(rows, mask_rows, length):
+@pytest.mark.parametrize("rows,mask_rows", [(1, 1), (2, 2), (2, 1)])
+def test_flex_decode_gives_sdpas_attention_for_any_mask(rows, mask_rows):
     """Compiled (CPU inductor, float32): the same output as transformers' sdpa function for random masks over
     a cache whose length is no multiple of the kernel's block (the last block reaches past it), grouped
     heads, one mask per row or one for all rows."""
     torch._dynamo.reset()
     slots = 200
-    gen = torch.Generator().manual_seed(length + rows)
-    query = torch.randn(rows, 4, length, 16, generator=gen)
+    gen = torch.Generator().manual_seed(rows + mask_rows)
+    query = torch.randn(rows, 4, 1, 16, generator=gen)
     key, value = torch.randn(2, rows, 2, slots, 16, generator=gen)
-    mask = torch.rand(mask_rows, 1, length, slots + 7, generator=gen) < 0.3  # runner masks may be longer
+    mask = torch.rand(mask_rows, 1, 1, slots + 7, generator=gen) < 0.3  # runner masks may be longer
     mask[..., 0] = True  # every query sees a key
-    flex = FlexDecodeAttention({length}, slots, torch.device("cpu"))
+    flex = FlexDecodeAttention(slots, torch.device("cpu"))
     module = _Attention()
 
     def attend(q, k, v, m):
@@ -56,20 +55,15 @@ def test_flex_decode_gives_sdpas_attention_for_any_mask(rows, mask_rows, length)
 def test_fast_path_with_flex_decode_decodes_like_eager_and_compiles_once(monkeypatch):
     """evaluate's fast path on an sdpa target (fused projections, flex attention, compiled layers), on the
     CPU in float32: transformers' eager greedy output in the plain and the speculative loop (partial accepts
-    too); sdpa only in the two prompts' eager prefills (a compiled step that fell back to it would time the
-    wrong kernel without a word); entering again compiles nothing new; transformers' function back on exit."""
+    too); flex attention compiled into the one-token step (a step that fell back to sdpa would time the
+    wrong kernel without a word) and not into the block verify (see flex_decode's docstring); eager sdpa only
+    in the three prompts' prefills; entering again compiles nothing new; transformers' function back."""
     torch._dynamo.reset()
-    sdpa_calls = []
-
-    def counted_sdpa(*args, **kwargs):
-        sdpa_calls.append(1)
-        return sdpa_attention_forward(*args, **kwargs)
-
-    monkeypatch.setattr(flex_decode, "sdpa_attention_forward", counted_sdpa)
+    sdpa_calls = eager_sdpa_calls(monkeypatch)
     block = 5
     target, draft, ids, reference, max_len = qwen3_case(block)
     plain_runner, spec_runner, proposer = loops(target, draft, max_len)
-    fast_path = [FusedProjections(target), FlexDecodeAttention({1, block}, max_len, torch.device("cpu")),
+    fast_path = [FusedProjections(target), FlexDecodeAttention(max_len, torch.device("cpu")),
                  CompiledLayers([*decoder_layers(target), *draft.layers], lengths={1, block})]
     layers = len(decoder_layers(target))
     oracle = OracleProposer(reference, block, target.config.vocab_size, noise=0.3)
@@ -77,11 +71,15 @@ def test_fast_path_with_flex_decode_decodes_like_eager_and_compiles_once(monkeyp
         sdpa_calls.clear()
         graphs = counters["stats"]["unique_graphs"]
         with fast_path[0], fast_path[1], fast_path[2]:
-            assert generate(plain_runner, ids, max_new_tokens=NEW).tokens == reference[:NEW]
-            assert generate(spec_runner, ids, proposer=proposer, max_new_tokens=NEW).tokens == reference[:NEW]
+            plain, plain_ops = compiled_attention(lambda: generate(plain_runner, ids, max_new_tokens=NEW))
+            spec, spec_ops = compiled_attention(
+                lambda: generate(spec_runner, ids, proposer=proposer, max_new_tokens=NEW))
             noisy = generate(spec_runner, ids, proposer=oracle, max_new_tokens=NEW)
+        assert plain.tokens == reference[:NEW] and spec.tokens == reference[:NEW]
         assert noisy.tokens == reference[:NEW] and any(0 < a < block - 1 for a in noisy.accepted)
-        assert len(sdpa_calls) == 3 * layers  # the three prefills
+        # Compiled on the first entry only: the one-token step with flex attention alone, the verify without.
+        assert (plain_ops, spec_ops) == (({"flex_attention"}, {"scaled_dot_product"}) if entry == 0 else (set(), set()))
+        assert sdpa_calls == [PROMPT_LEN] * 3 * layers  # the three prefills
         if entry:
             assert counters["stats"]["unique_graphs"] == graphs
         assert AttentionInterface()["sdpa"] is sdpa_attention_forward

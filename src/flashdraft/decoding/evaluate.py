@@ -199,13 +199,13 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
     hybrid = spec_runner.recurrent is not None
     compiled = compiles_by_default(torch_device, hybrid) if evaluation.compile is None else evaluation.compile
     # Our loops run the compiled layers, with the target's q/k/v and gate/up read by one matmul each and, on
-    # sdpa, its attention as one flex-attention kernel a layer (each measured faster on a GPU, RESULTS.md
-    # section 7); prompt lookup (transformers' generate, a growing cache) runs the eager layers.
+    # sdpa, its one-token step's attention as one flex-attention kernel a layer (each measured faster on a
+    # GPU, RESULTS.md section 7); prompt lookup (transformers' generate, a growing cache) runs the eager layers.
     fast_path = []
     if compiled:
         fast_path.append(FusedProjections(model))
         if attention == "sdpa":
-            fast_path.append(FlexDecodeAttention({1, block}, max_len, torch_device))
+            fast_path.append(FlexDecodeAttention(max_len, torch_device))
         fast_path.append(CompiledLayers([*decoder_layers(model), *draft_model.layers], lengths={1, block}))
 
     @contextlib.contextmanager
