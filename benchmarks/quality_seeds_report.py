@@ -1,0 +1,120 @@
+"""The side-by-side quality comparison over training seeds: several `quality_sharegpt.sh collect` folders
+whose trainings differ in `train.seed` alone.
+
+    python benchmarks/quality_seeds_report.py RUN_A RUN_B [RUN_C ...] --out FOLDER
+
+writes `seeds.md` and `seeds.json` into FOLDER: per benchmark, each run's pooled tau of both drafts and their
+paired difference (ours minus the peer's, over the same prompts), the mean difference over the runs, its
+standard deviation across them, and in how many runs ours is ahead. One run's bootstrap interval covers
+the prompts only; the spread across runs is the training seed's, which a lead has to exceed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+import yaml
+
+from flashdraft.files import write_text
+from quality_sharegpt_report import DRAFTS, benchmark_rows
+
+
+def _flat(tree: dict, prefix: str = "") -> dict[str, object]:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def differing_settings(runs: list[Path]) -> list[str]:
+    """The config keys, other than `train.seed` and the output folder, on which the runs' trainings of one
+    draft differ: such runs compare more than seeds."""
+    keys = set()
+    for name in DRAFTS:
+        configs = [_flat(yaml.safe_load((run / f"{name}_config.yaml").read_text())) for run in runs]
+        for key in set().union(*configs):
+            if key not in ("train.seed", "train.output_dir") and len({repr(c.get(key)) for c in configs}) > 1:
+                keys.add(key)
+    return sorted(keys)
+
+
+def _report(run: Path, name: str) -> dict:
+    return json.loads((run / f"{name}_report.json").read_text())
+
+
+def seed_rows(runs: list[Path]) -> list[dict]:
+    """Per benchmark (those every run has): each run's taus and paired difference; their mean, spread."""
+    per_run = [{row["benchmark"]: row for row in benchmark_rows(run)} for run in runs]
+    common = [bench for bench in per_run[0] if all(bench in rows for rows in per_run)]
+    for bench in common:
+        # Greedy and lossless, every run decodes a prompt to the same tokens: other lengths, other prompts.
+        lengths = {tuple(p["new_tokens"] for p in _report(run, "flashdraft")["benchmarks"][bench]["per_prompt"])
+                   for run in runs}
+        if len(lengths) > 1:
+            raise SystemExit(f"error: the runs decoded other prompts (or lengths) on {bench}; compare runs "
+                             "evaluated on the same benchmark files with the same settings")
+    table = []
+    for bench in common:
+        runs_of_bench = [rows[bench] for rows in per_run]
+        differences = [row["paired"]["difference"] for row in runs_of_bench]
+        table.append({
+            "benchmark": bench,
+            "runs": [{"flashdraft": row["flashdraft"]["tau_pooled"], "peer": row["peer"]["tau_pooled"],
+                      "difference": row["paired"]["difference"],
+                      "interval": [row["paired"]["low"], row["paired"]["high"]]} for row in runs_of_bench],
+            "mean_difference": statistics.fmean(differences),
+            "sd_across_runs": statistics.stdev(differences),
+            "runs_ahead": sum(d > 0 for d in differences),
+        })
+    return table
+
+
+def markdown(runs: list[Path], table: list[dict]) -> str:
+    names = [run.name for run in runs]
+    lines = [f"Runs (training seed the only difference): {', '.join(names)}.", "",
+             "| benchmark | " + " | ".join(f"{n}: ours / peer, difference" for n in names)
+             + " | mean difference | sd across runs | runs ours ahead |",
+             "| --- |" + " ---: |" * (len(names) + 3)]
+    for row in table:
+        cells = [f"{r['flashdraft']:.2f} / {r['peer']:.2f}, {r['difference']:+.3f}" for r in row["runs"]]
+        lines.append(f"| {row['benchmark']} | " + " | ".join(cells)
+                     + f" | {row['mean_difference']:+.3f} | {row['sd_across_runs']:.3f} "
+                     f"| {row['runs_ahead']} of {len(runs)} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", type=Path, nargs="+", help="collect folders, one training seed each")
+    parser.add_argument("--out", type=Path, required=True, help="folder for seeds.md and seeds.json")
+    args = parser.parse_args(argv)
+    if len(args.runs) < 2:
+        raise SystemExit("error: give at least two run folders; one run has no spread across seeds")
+    needed = [f"{name}_{part}" for name in DRAFTS for part in ("report.json", "config.yaml")]
+    for run in args.runs:
+        missing = [name for name in needed if not (run / name).is_file()]
+        if missing:
+            raise SystemExit(f"error: {run} lacks {', '.join(missing)}; give folders that "
+                             "`quality_sharegpt.sh collect WORK OUT` wrote")
+    differing = differing_settings(args.runs)
+    if differing:
+        raise SystemExit(f"error: the runs' trainings differ in {', '.join(differing)}, not in the seed alone; "
+                         "compare runs of one recipe and data")
+    table = seed_rows(args.runs)
+    text = markdown(args.runs, table)
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_text(args.out / "seeds.md", text)
+    write_text(args.out / "seeds.json", json.dumps({"runs": [r.name for r in args.runs], "benchmarks": table},
+                                                   indent=1) + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

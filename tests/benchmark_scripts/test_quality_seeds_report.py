@@ -1,0 +1,69 @@
+"""The quality comparison over training seeds: per benchmark the runs' paired differences, their mean and
+spread, and refusals of runs that differ in more than the seed or decoded other prompts."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+import quality_seeds_report  # noqa: E402
+
+CONFIG = {"train": {"seed": 0, "lr": 6e-4, "output_dir": "WORK/train"}, "objective": {"num_anchors": 64}}
+
+
+def report(steps: list[int], tokens: int = 60) -> dict:
+    """An evaluate report with one benchmark: a prompt per entry of `steps`, `tokens` new tokens each."""
+    per_prompt = [{"new_tokens": tokens, "verify_steps": s, "tau": tokens / s} for s in steps]
+    histogram = {"1": sum(steps), "2": 0}  # only the shares of steps accepting >= k tokens read it
+    spec = {"tau_pooled": tokens * len(steps) / sum(steps), "tau_mean_of_requests": 1.0, "ms_per_step": 2.0,
+            "accept_length_histogram": histogram}
+    return {"benchmarks": {"gsm8k": {"num_prompts": len(steps), "speculative": spec, "speedup": 0.5,
+                                     "autoregressive": {"ms_per_step": 1.0}, "lossless": 1.0,
+                                     "per_prompt": per_prompt}}}
+
+
+def run(folder: Path, ours: list[int], peer: list[int], seed: int, tokens: int = 60, lr: float = 6e-4) -> Path:
+    folder.mkdir()
+    for name, steps in (("flashdraft", ours), ("peer", peer)):
+        (folder / f"{name}_report.json").write_text(json.dumps(report(steps, tokens)))
+        config = {**CONFIG, "train": {**CONFIG["train"], "seed": seed, "lr": lr, "output_dir": f"WORK/{name}"}}
+        (folder / f"{name}_config.yaml").write_text(yaml.safe_dump(config))
+    return folder
+
+
+def test_the_mean_difference_and_spread_over_seeds(tmp_path):
+    a = run(tmp_path / "a", ours=[20, 20], peer=[30, 30], seed=0)  # ours ahead: 3.0 vs 2.0
+    b = run(tmp_path / "b", ours=[30, 30], peer=[24, 24], seed=1)  # ours behind: 2.0 vs 2.5
+    assert quality_seeds_report.main([str(a), str(b), "--out", str(tmp_path / "out")]) == 0
+    (row,) = json.loads((tmp_path / "out" / "seeds.json").read_text())["benchmarks"]
+    assert [r["difference"] for r in row["runs"]] == pytest.approx([1.0, -0.5])
+    assert row["mean_difference"] == pytest.approx(0.25)
+    assert row["sd_across_runs"] == pytest.approx(1.5 / 2 ** 0.5)
+    assert row["runs_ahead"] == 1
+    assert "| gsm8k | 3.00 / 2.00, +1.000 | 2.00 / 2.50, -0.500 | +0.250 |" in (tmp_path / "out" / "seeds.md").read_text()
+
+
+def test_runs_that_differ_in_more_than_the_seed_are_refused(tmp_path):
+    a = run(tmp_path / "a", [20, 20], [30, 30], seed=0)
+    b = run(tmp_path / "b", [20, 20], [30, 30], seed=1, lr=1e-3)
+    with pytest.raises(SystemExit, match=r"differ in train\.lr, not in the seed alone"):
+        quality_seeds_report.main([str(a), str(b), "--out", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
+
+
+def test_runs_that_decoded_other_prompts_are_refused(tmp_path):
+    a = run(tmp_path / "a", [20, 20], [30, 30], seed=0)
+    b = run(tmp_path / "b", [20, 20], [30, 30], seed=1, tokens=61)
+    with pytest.raises(SystemExit, match="decoded other prompts"):
+        quality_seeds_report.main([str(a), str(b), "--out", str(tmp_path / "out")])
+
+
+def test_one_run_is_refused(tmp_path):
+    with pytest.raises(SystemExit, match="at least two"):
+        quality_seeds_report.main([str(run(tmp_path / "a", [20], [30], seed=0)), "--out", str(tmp_path / "o")])
