@@ -73,7 +73,8 @@ def eager_sdpa_calls(monkeypatch) -> list[int]:
 
 def compiled_attention(fn):
     """(fn(), the attention ops, of "flex_attention" and "scaled_dot_product", in the code inductor
-    compiled while fn ran: none when it compiled nothing)."""
+    compiled while fn ran: none when it compiled nothing. Reset dynamo before the first call: a model of
+    the same shapes compiled earlier in the process passes its graphs' guards, so nothing new compiles)."""
     from unittest import mock
 
     from torch._inductor.graph import GraphLowering

@@ -99,7 +99,7 @@ def test_compiled_evaluation_is_lossless_and_keeps_prompt_lookup_eager(tiny_targ
     """evaluate.compile (the GPU default), here on the CPU: our loops run compiled layers and stay
     lossless; prompt lookup, transformers' generate with a growing cache, runs the eager layers after."""
     target = tiny_target("qwen3")
-    torch._dynamo.reset()
+    torch._dynamo.reset()  # else graphs of earlier tests' tiny qwen3 serve this one and nothing compiles
     report, ops = compiled_attention(lambda: run_evaluate(
         drafts("qwen3"), target, tmp_path / "r.json", benchmarks=[str(prompts_file)], max_new_tokens=8,
         num_prompts=1, compile=True))
