@@ -18,18 +18,9 @@ from pathlib import Path
 
 import yaml
 
+from flashdraft.config import flatten
 from flashdraft.files import write_text
 from quality_sharegpt_report import DRAFTS, benchmark_rows
-
-
-def _flat(tree: dict, prefix: str = "") -> dict[str, object]:
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def differing_settings(runs: list[Path]) -> list[str]:
@@ -37,7 +28,7 @@ def differing_settings(runs: list[Path]) -> list[str]:
     draft differ: such runs compare more than seeds."""
     keys = set()
     for name in DRAFTS:
-        configs = [_flat(yaml.safe_load((run / f"{name}_config.yaml").read_text())) for run in runs]
+        configs = [flatten(yaml.safe_load((run / f"{name}_config.yaml").read_text())) for run in runs]
         for key in set().union(*configs):
             if key not in ("train.seed", "train.output_dir") and len({repr(c.get(key)) for c in configs}) > 1:
                 keys.add(key)
