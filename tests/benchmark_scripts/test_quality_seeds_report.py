@@ -46,7 +46,8 @@ def test_the_mean_difference_and_spread_over_seeds(tmp_path):
     assert row["mean_difference"] == pytest.approx(0.25)
     assert row["sd_across_runs"] == pytest.approx(1.5 / 2 ** 0.5)
     assert row["runs_ahead"] == 1
-    assert "| gsm8k | 3.00 / 2.00, +1.000 | 2.00 / 2.50, -0.500 | +0.250 |" in (tmp_path / "out" / "seeds.md").read_text()
+    table = (tmp_path / "out" / "seeds.md").read_text()
+    assert "| gsm8k | 3.00 / 2.00, +1.000 | 2.00 / 2.50, -0.500 | +0.250 |" in table
 
 
 def test_runs_that_differ_in_more_than_the_seed_are_refused(tmp_path):
