@@ -43,15 +43,13 @@ def seed_rows(runs: list[Path]) -> list[dict]:
     """Per benchmark (those every run has): each run's taus and paired difference; their mean, spread."""
     per_run = [{row["benchmark"]: row for row in benchmark_rows(run)} for run in runs]
     common = [bench for bench in per_run[0] if all(bench in rows for rows in per_run)]
-    for bench in common:
-        # Greedy and lossless, every run decodes a prompt to the same tokens: other lengths, other prompts.
-        lengths = {tuple(p["new_tokens"] for p in _report(run, "flashdraft")["benchmarks"][bench]["per_prompt"])
-                   for run in runs}
-        if len(lengths) > 1:
-            raise SystemExit(f"error: the runs decoded other prompts (or lengths) on {bench}; compare runs "
-                             "evaluated on the same benchmark files with the same settings")
+    reports = [_report(run, "flashdraft")["benchmarks"] for run in runs]
     table = []
     for bench in common:
+        # Greedy and lossless, every run decodes a prompt to the same tokens: other lengths, other prompts.
+        if len({tuple(p["new_tokens"] for p in report[bench]["per_prompt"]) for report in reports}) > 1:
+            raise SystemExit(f"error: the runs decoded other prompts (or lengths) on {bench}; compare runs "
+                             "evaluated on the same benchmark files with the same settings")
         runs_of_bench = [rows[bench] for rows in per_run]
         differences = [row["paired"]["difference"] for row in runs_of_bench]
         table.append({
