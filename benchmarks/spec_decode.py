@@ -19,7 +19,7 @@ time): `--autotuned-gemms`, inductor choosing each matmul's kernel by timing its
 cuBLAS, and `--fused-projections`, the target reading q, k, v and gate, up with one matmul each
 (`flashdraft.target.fused_projections`, measured faster and since then evaluate's GPU default beside the
 compiled layers; both flags: also the two together). `--flex-decode` adds the fused step with the
-one-token step's attention as one flex-attention call a layer (`flashdraft.target.flex_decode`: inductor's split-KV
+compiled steps' attention as one flex-attention call a layer (`flashdraft.target.flex_decode`: inductor's split-KV
 decoding kernel, the runner's mask read inside it) in place of sdpa's mask preprocessing and cuDNN kernel,
 measured faster and since then evaluate's GPU default on sdpa targets. `--gemv-decode` adds the fused step
 under inductor's coordinate-descent tuning, with which it writes each one-row matmul of a plain step as a

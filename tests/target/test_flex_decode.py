@@ -1,5 +1,5 @@
 """Flex attention in the compiled decoding steps (evaluate's fast path on sdpa targets): sdpa's numbers for
-any mask, evaluate's greedy output token for token with no sdpa left in a compiled one-token step, no
+any mask, evaluate's greedy output token for token with no sdpa left in the compiled steps, no
 recompilation when the fast path is entered again, and transformers' own function back on exit."""
 
 from __future__ import annotations
@@ -29,17 +29,19 @@ class _Attention(nn.Module):
     is_causal = True
 
 
+@pytest.mark.parametrize("length", [1, 5])
 @pytest.mark.parametrize("rows,mask_rows", [(1, 1), (2, 2), (2, 1)])
-def test_flex_decode_gives_sdpas_attention_for_any_mask(rows, mask_rows):
+def test_flex_decode_gives_sdpas_attention_for_any_mask(rows, mask_rows, length):
     """Compiled (CPU inductor, float32): the same output as transformers' sdpa function for random masks over
     a cache whose length is no multiple of the kernel's block (the last block reaches past it), grouped
-    heads, one mask per row or one for all rows."""
+    heads, one mask per row or one for all rows, one query token or a verify's block, the query a
+    transposed view as transformers passes it."""
     torch._dynamo.reset()
     slots = 200
-    gen = torch.Generator().manual_seed(rows + mask_rows)
-    query = torch.randn(rows, 4, 1, 16, generator=gen)
+    gen = torch.Generator().manual_seed(rows + mask_rows + length)
+    query = torch.randn(rows, length, 4, 16, generator=gen).transpose(1, 2)
     key, value = torch.randn(2, rows, 2, slots, 16, generator=gen)
-    mask = torch.rand(mask_rows, 1, 1, slots + 7, generator=gen) < 0.3  # runner masks may be longer
+    mask = torch.rand(mask_rows, 1, length, slots + 7, generator=gen) < 0.3  # runner masks may be longer
     mask[..., 0] = True  # every query sees a key
     flex = FlexDecodeAttention(slots, torch.device("cpu"))
     module = _Attention()
@@ -55,9 +57,9 @@ def test_flex_decode_gives_sdpas_attention_for_any_mask(rows, mask_rows):
 def test_fast_path_with_flex_decode_decodes_like_eager_and_compiles_once(monkeypatch):
     """evaluate's fast path on an sdpa target (fused projections, flex attention, compiled layers), on the
     CPU in float32: transformers' eager greedy output in the plain and the speculative loop (partial accepts
-    too); flex attention compiled into the one-token step (a step that fell back to sdpa would time the
-    wrong kernel without a word) and not into the block verify (see flex_decode's docstring); eager sdpa only
-    in the three prompts' prefills; entering again compiles nothing new; transformers' function back."""
+    too); flex attention compiled into the one-token step and the block verify (a step that fell back to
+    sdpa would time the wrong kernel without a word); eager sdpa only in the three prompts'
+    prefills; entering again compiles nothing new; transformers' function back."""
     torch._dynamo.reset()
     sdpa_calls = eager_sdpa_calls(monkeypatch)
     block = 5
@@ -77,8 +79,9 @@ def test_fast_path_with_flex_decode_decodes_like_eager_and_compiles_once(monkeyp
             noisy = generate(spec_runner, ids, proposer=oracle, max_new_tokens=NEW)
         assert plain.tokens == reference[:NEW] and spec.tokens == reference[:NEW]
         assert noisy.tokens == reference[:NEW] and any(0 < a < block - 1 for a in noisy.accepted)
-        # Compiled on the first entry only: the one-token step with flex attention alone, the verify without.
-        assert (plain_ops, spec_ops) == (({"flex_attention"}, {"scaled_dot_product"}) if entry == 0 else (set(), set()))
+        # Compiled on the first entry only; the verify's sdpa is the draft's own attention (F.sdpa, no mask).
+        expected = ({"flex_attention"}, {"flex_attention", "scaled_dot_product"})
+        assert (plain_ops, spec_ops) == (expected if entry == 0 else (set(), set()))
         assert sdpa_calls == [PROMPT_LEN] * 3 * layers  # the three prefills
         if entry:
             assert counters["stats"]["unique_graphs"] == graphs

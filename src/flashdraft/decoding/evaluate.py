@@ -199,7 +199,7 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
     hybrid = spec_runner.recurrent is not None
     compiled = compiles_by_default(torch_device, hybrid) if evaluation.compile is None else evaluation.compile
     # Our loops run the compiled layers, with the target's q/k/v and gate/up read by one matmul each and, on
-    # sdpa, its one-token step's attention as one flex-attention kernel a layer (each measured faster on a
+    # sdpa, the steps' attention as one flex-attention kernel a layer (each measured faster on a
     # GPU, RESULTS.md section 7); prompt lookup (transformers' generate, a growing cache) runs the eager layers.
     fast_path = []
     if compiled:
