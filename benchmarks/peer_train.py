@@ -1,6 +1,8 @@
-"""`flashdraft train` with the peer's objective (SpecForge 0.2.0's DFlash wrapper, peer_objective.py).
+"""`flashdraft train` with the peer's objective (SpecForge 0.2.0's DFlash wrapper, peer_objective.py) or
+the distillation experiment (distill_objective.py).
 
-Takes exactly `flashdraft train`'s arguments; add `objective.name=specforge` to train the peer. The data
+Takes exactly `flashdraft train`'s arguments; add `objective.name=specforge` to train the peer,
+`objective.name=distill` for the experiment. The data
 order, draft, FSDP2, optimizer, schedule, checkpoints and z-lab export are flashdraft's, so a run with
 `objective.name=dflash` and one with `specforge` differ only in the objective. One GPU or several:
 
@@ -21,6 +23,7 @@ from flashdraft.cli import main  # noqa: E402
 from flashdraft.objectives import OBJECTIVES  # noqa: E402
 
 OBJECTIVES["specforge"] = "peer_objective:SpecForgeObjective"
+OBJECTIVES["distill"] = "distill_objective:DistillObjective"
 
 if __name__ == "__main__":
     sys.exit(main(["train", *sys.argv[1:]]))

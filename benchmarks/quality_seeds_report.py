@@ -1,12 +1,13 @@
 """The side-by-side quality comparison over training seeds: several `quality_sharegpt.sh collect` folders
 whose trainings differ in `train.seed` alone.
 
-    python benchmarks/quality_seeds_report.py RUN_A RUN_B [RUN_C ...] --out FOLDER
+    python benchmarks/quality_seeds_report.py RUN_A RUN_B [RUN_C ...] --out FOLDER [--ours distill]
 
 writes `seeds.md` and `seeds.json` into FOLDER: per benchmark, each run's pooled tau of both drafts and their
 paired difference (ours minus the peer's, over the same prompts), the mean difference over the runs, its
 standard deviation across them, and in how many runs ours is ahead. One run's bootstrap interval covers
-the prompts only; the spread across runs is the training seed's, which a lead has to exceed.
+the prompts only; the spread across runs is the training seed's, which a lead has to exceed. `--ours NAME`
+sets another draft of the folders against the peer's (default flashdraft).
 """
 
 from __future__ import annotations
@@ -20,14 +21,14 @@ import yaml
 
 from flashdraft.config import flatten
 from flashdraft.files import write_text
-from quality_sharegpt_report import DRAFTS, benchmark_rows
+from quality_sharegpt_report import OURS, PEER, benchmark_rows
 
 
-def differing_settings(runs: list[Path]) -> list[str]:
+def differing_settings(runs: list[Path], ours: str = OURS) -> list[str]:
     """The config keys, other than `train.seed` and the output folder, on which the runs' trainings of one
     draft differ: such runs compare more than seeds."""
     keys = set()
-    for name in DRAFTS:
+    for name in (ours, PEER):
         configs = [flatten(yaml.safe_load((run / f"{name}_config.yaml").read_text())) for run in runs]
         for key in set().union(*configs):
             if key not in ("train.seed", "train.output_dir") and len({repr(c.get(key)) for c in configs}) > 1:
@@ -39,11 +40,11 @@ def _report(run: Path, name: str) -> dict:
     return json.loads((run / f"{name}_report.json").read_text())
 
 
-def seed_rows(runs: list[Path]) -> list[dict]:
+def seed_rows(runs: list[Path], ours: str = OURS) -> list[dict]:
     """Per benchmark (those every run has): each run's taus and paired difference; their mean, spread."""
-    per_run = [{row["benchmark"]: row for row in benchmark_rows(run)} for run in runs]
+    per_run = [{row["benchmark"]: row for row in benchmark_rows(run, ours)} for run in runs]
     common = [bench for bench in per_run[0] if all(bench in rows for rows in per_run)]
-    reports = [_report(run, "flashdraft")["benchmarks"] for run in runs]
+    reports = [_report(run, ours)["benchmarks"] for run in runs]
     table = []
     for bench in common:
         # Greedy and lossless, every run decodes a prompt to the same tokens: other lengths, other prompts.
@@ -54,7 +55,7 @@ def seed_rows(runs: list[Path]) -> list[dict]:
         differences = [row["paired"]["difference"] for row in runs_of_bench]
         table.append({
             "benchmark": bench,
-            "runs": [{"flashdraft": row["flashdraft"]["tau_pooled"], "peer": row["peer"]["tau_pooled"],
+            "runs": [{ours: row[ours]["tau_pooled"], PEER: row[PEER]["tau_pooled"],
                       "difference": row["paired"]["difference"],
                       "interval": [row["paired"]["low"], row["paired"]["high"]]} for row in runs_of_bench],
             "mean_difference": statistics.fmean(differences),
@@ -64,14 +65,14 @@ def seed_rows(runs: list[Path]) -> list[dict]:
     return table
 
 
-def markdown(runs: list[Path], table: list[dict]) -> str:
+def markdown(runs: list[Path], table: list[dict], ours: str = OURS) -> str:
     names = [run.name for run in runs]
     lines = [f"Runs (training seed the only difference): {', '.join(names)}.", "",
-             "| benchmark | " + " | ".join(f"{n}: ours / peer, difference" for n in names)
-             + " | mean difference | sd across runs | runs ours ahead |",
+             "| benchmark | " + " | ".join(f"{n}: {ours} / peer, difference" for n in names)
+             + f" | mean difference | sd across runs | runs {ours} ahead |",
              "| --- |" + " ---: |" * (len(names) + 3)]
     for row in table:
-        cells = [f"{r['flashdraft']:.2f} / {r['peer']:.2f}, {r['difference']:+.3f}" for r in row["runs"]]
+        cells = [f"{r[ours]:.2f} / {r[PEER]:.2f}, {r['difference']:+.3f}" for r in row["runs"]]
         lines.append(f"| {row['benchmark']} | " + " | ".join(cells)
                      + f" | {row['mean_difference']:+.3f} | {row['sd_across_runs']:.3f} "
                      f"| {row['runs_ahead']} of {len(runs)} |")
@@ -82,24 +83,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", type=Path, nargs="+", help="collect folders, one training seed each")
     parser.add_argument("--out", type=Path, required=True, help="folder for seeds.md and seeds.json")
+    parser.add_argument("--ours", default=OURS, help="the draft set against the peer's (default flashdraft)")
     args = parser.parse_args(argv)
     if len(args.runs) < 2:
         raise SystemExit("error: give at least two run folders; one run has no spread across seeds")
-    needed = [f"{name}_{part}" for name in DRAFTS for part in ("report.json", "config.yaml")]
+    needed = [f"{name}_{part}" for name in (args.ours, PEER) for part in ("report.json", "config.yaml")]
     for run in args.runs:
         missing = [name for name in needed if not (run / name).is_file()]
         if missing:
             raise SystemExit(f"error: {run} lacks {', '.join(missing)}; give folders that "
                              "`quality_sharegpt.sh collect WORK OUT` wrote")
-    differing = differing_settings(args.runs)
+    differing = differing_settings(args.runs, args.ours)
     if differing:
         raise SystemExit(f"error: the runs' trainings differ in {', '.join(differing)}, not in the seed alone; "
                          "compare runs of one recipe and data")
-    table = seed_rows(args.runs)
-    text = markdown(args.runs, table)
+    table = seed_rows(args.runs, args.ours)
+    text = markdown(args.runs, table, args.ours)
     args.out.mkdir(parents=True, exist_ok=True)
     write_text(args.out / "seeds.md", text)
-    write_text(args.out / "seeds.json", json.dumps({"runs": [r.name for r in args.runs], "benchmarks": table},
+    write_text(args.out / "seeds.json", json.dumps({"runs": [r.name for r in args.runs], "ours": args.ours,
+                                                    "benchmarks": table},
                                                    indent=1) + "\n")
     print(text)
     return 0

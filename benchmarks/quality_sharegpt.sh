@@ -26,7 +26,8 @@
 # (prompts a generate call, default 128: 8 processes at 256 ran out of the H200's memory on long ShareGPT
 # prompts), EVAL_NEW_TOKENS (decoded tokens a prompt, default 256; the second-turn benchmark's context answers
 # get twice that), TEMPERATURE and TOP_P (the answers' sampling, default 0.2 and 0.9), WARMUP_BACKEND (warmup.backend, default auto: graphed on a GPU), DEVICE (evaluation: cuda; cpu for a smoke
-# run), ATTENTION (flex; sdpa on a CPU), DRAFTS (the drafts the train phase trains, default "flashdraft peer"), TRAIN_ARGS
+# run), ATTENTION (flex; sdpa on a CPU), DRAFTS (the drafts trained, evaluated and collected, default
+# "flashdraft peer"; add distill for the distillation experiment, benchmarks/distill_objective.py), TRAIN_ARGS
 # (extra key=value settings of both trainings, e.g. for a small smoke run: "data.eval_samples=2
 # train.micro_batch_size=2"), EVAL_PROMPTS (the first N prompts of each benchmark, default all 32).
 set -euo pipefail
@@ -36,7 +37,9 @@ run() { echo "+ $*" >&2; "$@"; }
 flashdraft() { python3 -m flashdraft.cli "$@"; }
 wait_all() { local rc=0 pid; for pid in "$@"; do wait "$pid" || rc=$?; done; return $rc; }
 max_length=${MAX_LENGTH:-1024}
-objective_of() { case $1 in flashdraft) echo dflash ;; peer) echo specforge ;; *) echo "unknown draft $1" >&2; exit 2 ;; esac; }
+objective_of() { case $1 in flashdraft) echo dflash ;; peer) echo specforge ;; distill) echo distill ;;
+  *) echo "unknown draft $1" >&2; exit 2 ;; esac; }
+drafts=${DRAFTS:-flashdraft peer}
 
 case $phase in
 warmup)
@@ -78,7 +81,7 @@ train)
     "data.cache_dir=$work/tokenized" objective.num_anchors=64 "objective.attention=${ATTENTION:-flex}")
   run flashdraft prepare-data "${common[@]}" ${TRAIN_ARGS:-} > "$work/prepare_data.log" 2>&1
   pids=()
-  for name in ${DRAFTS:-flashdraft peer}; do
+  for name in $drafts; do
     objective_of "$name" > /dev/null
     run python3 -m torch.distributed.run --standalone --nproc-per-node 1 "$here/peer_train.py" "${common[@]}" \
       train.micro_batch_size=32 train.epochs=100 "train.max_steps=${STEPS:-400}" train.eval_every=100 \
@@ -124,7 +127,7 @@ anchors)
 open(sys.argv[2], 'w').writelines(json.dumps(r) + '\n' for r in rows if r['finish_reason'] == 'stop')" \
     "$work/bench_greedy/train.jsonl" "$work/bench_stopped.jsonl"
   pids=()
-  for name in flashdraft peer; do
+  for name in $drafts; do
     for anchors in train tail; do
       run python3 "$here/heldout_tau.py" --config smollm2_135m --draft "$work/train_$name/export" \
         --eval "bench_stopped=$work/bench_stopped.jsonl" --anchors "$anchors" \
@@ -135,11 +138,11 @@ open(sys.argv[2], 'w').writelines(json.dumps(r) + '\n' for r in rows if r['finis
     done
   done
   wait_all "${pids[@]}"
-  python3 - "$work" <<'EOF'
+  python3 - "$work" $drafts <<'EOF'
 import json, sys
 from pathlib import Path
 
-work = Path(sys.argv[1])
+work, drafts = Path(sys.argv[1]), sys.argv[2:]
 rules = {"train": "anchors a <= length - B (runs 1-4's training rule)",
          "tail": "the tail (a > length - B: blocks past the end)"}
 out = {"what": "teacher-forced expected tau (benchmarks/heldout_tau.py) of both drafts on chosen blocks of the "
@@ -147,7 +150,7 @@ out = {"what": "teacher-forced expected tau (benchmarks/heldout_tau.py) of both 
        "bench_greedy_warmup": json.loads((work / "bench_greedy" / "stats.json").read_text()), "results": {}}
 for anchors, label in rules.items():
     scores = {name: json.loads((work / "results" / f"{name}_bench_{anchors}.json").read_text())
-              for name in ("flashdraft", "peer")}
+              for name in drafts}
     out["results"][f"bench_stopped / {label}"] = {
         name: {k: v for k, v in score["results"]["bench_stopped"].items() if k != "spec"}
         for name, score in scores.items()}
@@ -157,13 +160,13 @@ EOF
 collect)
   work=$2 out=$3
   mkdir -p "$out"
-  python3 - "$work" "$out" <<'EOF'
+  python3 - "$work" "$out" $drafts <<'EOF'
 import hashlib, json, shutil, sys
 from pathlib import Path
 
-work, out = Path(sys.argv[1]), Path(sys.argv[2])
+work, out, drafts = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:]
 evidence = {}
-for name in ("flashdraft", "peer"):
+for name in drafts:
     shutil.copy(work / "results" / f"{name}_report.json", out / f"{name}_report.json")
     shutil.copy(work / "results" / f"{name}_heldout_tau.json", out / f"{name}_heldout_tau.json")
     run = work / f"train_{name}"
@@ -184,7 +187,7 @@ all)
   gguf=$2 data=$3 work=$4 out=$5
   bash "$0" warmup "$gguf" "$data" "$work"
   bash "$0" train "$data" "$work"
-  for name in flashdraft peer; do bash "$0" evaluate "$name" "$data" "$work"; done
+  for name in $drafts; do bash "$0" evaluate "$name" "$data" "$work"; done
   bash "$0" anchors "$data" "$work"
   bash "$0" collect "$work" "$out"
   ;;

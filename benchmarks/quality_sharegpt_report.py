@@ -1,12 +1,14 @@
 """Tables and the training-curve plot of the side-by-side quality run (`quality_sharegpt.sh collect`'s folder).
 
-    python benchmarks/quality_sharegpt_report.py benchmarks/results/quality_sharegpt
+    python benchmarks/quality_sharegpt_report.py benchmarks/results/quality_sharegpt [--ours distill]
 
 writes `quality.md` (per benchmark, both drafts: decoding tau, share of verify steps accepting at least k
 drafted tokens, speedup, plain ms a token, lossless fraction; the difference of pooled tau paired by prompt,
 with a bootstrap interval over the prompts; the teacher-forced expected tau beside it)
 and `training_curves.png` (drafted-slot accuracy, train and held out: the one curve both objectives log
-on the same scale, as their losses are normalised differently) into the same folder.
+on the same scale, as their losses are normalised differently) into the same folder. `--ours NAME` sets
+the draft set against the peer's (default flashdraft; an experiment's draft, e.g. distill, writes
+`quality_NAME.md` and `training_curves_NAME.png`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 from flashdraft.decoding.plots import save_figure
 from flashdraft.files import write_text
 
-DRAFTS = ("flashdraft", "peer")
+OURS, PEER = "flashdraft", "peer"
 MIN_ACCEPTED = (1, 2, 3, 4)
 BOOTSTRAP_DRAWS = 4000
 
@@ -30,10 +32,12 @@ def accepting_at_least(histogram: dict[str, int], k: int) -> float:
     return sum(n for length, n in histogram.items() if int(length) >= k + 1) / steps
 
 
-def benchmark_rows(folder: Path) -> list[dict]:
-    reports = {name: json.loads((folder / f"{name}_report.json").read_text()) for name in DRAFTS}
+def benchmark_rows(folder: Path, ours: str = OURS) -> list[dict]:
+    """Per benchmark, both drafts' numbers (keyed by draft name) and the paired difference, `ours` minus
+    the peer's."""
+    reports = {name: json.loads((folder / f"{name}_report.json").read_text()) for name in (ours, PEER)}
     rows = []
-    for bench in reports["flashdraft"]["benchmarks"]:
+    for bench in reports[ours]["benchmarks"]:
         row = {"benchmark": bench}
         for name, report in reports.items():
             r = report["benchmarks"][bench]
@@ -44,8 +48,8 @@ def benchmark_rows(folder: Path) -> list[dict]:
                 "speedup": r["speedup"], "plain_ms": r["autoregressive"]["ms_per_step"],
                 "spec_ms": spec["ms_per_step"], "lossless": r["lossless"], "prompts": r["num_prompts"],
             }
-        row["paired"] = paired_difference(reports["flashdraft"]["benchmarks"][bench]["per_prompt"],
-                                          reports["peer"]["benchmarks"][bench]["per_prompt"])
+        row["paired"] = paired_difference(reports[ours]["benchmarks"][bench]["per_prompt"],
+                                          reports[PEER]["benchmarks"][bench]["per_prompt"])
         rows.append(row)
     return rows
 
@@ -73,41 +77,41 @@ def paired_difference(ours: list[dict], peer: list[dict], seed: int = 0) -> dict
             "behind": sum(a["tau"] < b["tau"] for a, b in zip(ours, peer))}
 
 
-def heldout_tau(folder: Path) -> dict[str, dict]:
+def heldout_tau(folder: Path, ours: str = OURS) -> dict[str, dict]:
     out = {}
-    for name in DRAFTS:
+    for name in (ours, PEER):
         (result,) = json.loads((folder / f"{name}_heldout_tau.json").read_text())["results"].values()
         out[name] = result
     return out
 
 
-def markdown(rows: list[dict], teacher: dict[str, dict], settings: dict, note: str = "") -> str:
+def markdown(rows: list[dict], teacher: dict[str, dict], settings: dict, note: str = "", ours: str = OURS) -> str:
     lines = [
         f"Evaluation: {settings['device_name']}, {settings['dtype']}, greedy, {settings['max_new_tokens']} new "
         f"tokens, block {settings['block_size']}, compiled layers {settings['compiled']}, torch "
         f"{settings['versions']['torch']}, transformers {settings['versions']['transformers']}.",
         *([note] if note else []),
         "",
-        "| benchmark | prompts | tau pooled (flashdraft / peer) | tau per request | speedup | plain ms a token "
+        f"| benchmark | prompts | tau pooled ({ours} / peer) | tau per request | speedup | plain ms a token "
         "| draft+verify ms a step | lossless |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in rows:
-        f, p = row["flashdraft"], row["peer"]
+        f, p = row[ours], row[PEER]
         lines.append(
             f"| {row['benchmark']} | {f['prompts']} | {f['tau_pooled']:.2f} / {p['tau_pooled']:.2f} "
             f"| {f['tau_per_request']:.2f} / {p['tau_per_request']:.2f} | {f['speedup']:.2f}x / {p['speedup']:.2f}x "
             f"| {f['plain_ms']:.2f} / {p['plain_ms']:.2f} | {f['spec_ms']:.2f} / {p['spec_ms']:.2f} "
             f"| {f['lossless']:.2f} / {p['lossless']:.2f} |")
-    lines += ["", "Share of verify steps accepting at least k drafted tokens (flashdraft / peer):", "",
+    lines += ["", f"Share of verify steps accepting at least k drafted tokens ({ours} / peer):", "",
               "| benchmark | " + " | ".join(f"k = {k}" for k in MIN_ACCEPTED) + " |",
               "| --- |" + " ---: |" * len(MIN_ACCEPTED)]
     for row in rows:
-        cells = [f"{a:.2f} / {b:.2f}" for a, b in zip(row["flashdraft"]["accepting"], row["peer"]["accepting"])]
+        cells = [f"{a:.2f} / {b:.2f}" for a, b in zip(row[ours]["accepting"], row[PEER]["accepting"])]
         lines.append(f"| {row['benchmark']} | " + " | ".join(cells) + " |")
-    lines += ["", "Pooled tau, flashdraft minus peer, paired by prompt (95% bootstrap interval over the prompts, "
+    lines += ["", f"Pooled tau, {ours} minus peer, paired by prompt (95% bootstrap interval over the prompts, "
               f"{BOOTSTRAP_DRAWS} draws; prompts where a draft's own tau is higher):", "",
-              "| benchmark | difference | 95% interval | flashdraft ahead / behind |", "| --- | ---: | ---: | ---: |"]
+              f"| benchmark | difference | 95% interval | {ours} ahead / behind |", "| --- | ---: | ---: | ---: |"]
     for row in rows:
         d = row["paired"]
         lines.append(f"| {row['benchmark']} | {d['difference']:+.3f} | [{d['low']:+.3f}, {d['high']:+.3f}] "
@@ -116,21 +120,21 @@ def markdown(rows: list[dict], teacher: dict[str, dict], settings: dict, note: s
               "(the training evaluation's expected tau, 64 random anchors a sample):", "",
               "| | expected tau | slot-1 accuracy | drafted-slot accuracy | samples |",
               "| --- | ---: | ---: | ---: | ---: |"]
-    for name in DRAFTS:
+    for name in (ours, PEER):
         t = teacher[name]
         lines.append(f"| {name} | {t['eval_tau']:.2f} | {t['eval_acc_slot_1']:.3f} | {t['eval_accuracy']:.3f} "
                      f"| {t['samples']} |")
     return "\n".join(lines) + "\n"
 
 
-def plot_curves(folder: Path, path: Path) -> None:
+def plot_curves(folder: Path, path: Path, ours: str = OURS) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for name, color in zip(DRAFTS, ("tab:blue", "tab:orange")):
+    for name, color in zip((ours, PEER), ("tab:blue", "tab:orange")):
         rows = [json.loads(line) for line in (folder / f"{name}_training_curve.jsonl").read_text().splitlines()]
         train = [r for r in rows if "accuracy" in r]
         held = [r for r in rows if "eval_accuracy" in r]
@@ -150,17 +154,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", type=Path, help="the evidence folder of quality_sharegpt.sh collect")
     parser.add_argument("--note", default="", help="a line under the heading: how this run differed from the script")
+    parser.add_argument("--ours", default=OURS, help="the draft set against the peer's (default flashdraft)")
     args = parser.parse_args(argv)
-    needed = [f"{name}_{part}" for name in DRAFTS
+    if args.ours == PEER:
+        raise SystemExit("error: --ours names the draft compared with the peer's; give another draft than peer")
+    needed = [f"{name}_{part}" for name in (args.ours, PEER)
               for part in ("report.json", "heldout_tau.json", "training_curve.jsonl")]
     missing = [name for name in needed if not (args.folder / name).is_file()]
     if missing:
         raise SystemExit(f"error: {args.folder} lacks {', '.join(missing)}; give the folder that "
                          "`quality_sharegpt.sh collect WORK OUT` wrote")
-    settings = json.loads((args.folder / "flashdraft_report.json").read_text())["settings"]
-    text = markdown(benchmark_rows(args.folder), heldout_tau(args.folder), settings, args.note)
-    write_text(args.folder / "quality.md", text)
-    plot_curves(args.folder, args.folder / "training_curves.png")
+    settings = json.loads((args.folder / f"{args.ours}_report.json").read_text())["settings"]
+    text = markdown(benchmark_rows(args.folder, args.ours), heldout_tau(args.folder, args.ours), settings, args.note,
+                    args.ours)
+    suffix = "" if args.ours == OURS else f"_{args.ours}"
+    write_text(args.folder / f"quality{suffix}.md", text)
+    plot_curves(args.folder, args.folder / f"training_curves{suffix}.png", args.ours)
     print(text)
     return 0
 

@@ -28,9 +28,10 @@ def report(steps: list[int], tokens: int = 60) -> dict:
                                      "per_prompt": per_prompt}}}
 
 
-def run(folder: Path, ours: list[int], peer: list[int], seed: int, tokens: int = 60, lr: float = 6e-4) -> Path:
+def run(folder: Path, ours: list[int], peer: list[int], seed: int, tokens: int = 60, lr: float = 6e-4,
+        distill: list[int] | None = None) -> Path:
     folder.mkdir()
-    for name, steps in (("flashdraft", ours), ("peer", peer)):
+    for name, steps in (("flashdraft", ours), ("peer", peer), *([("distill", distill)] if distill else [])):
         (folder / f"{name}_report.json").write_text(json.dumps(report(steps, tokens)))
         config = {**CONFIG, "train": {**CONFIG["train"], "seed": seed, "lr": lr, "output_dir": f"WORK/{name}"}}
         (folder / f"{name}_config.yaml").write_text(yaml.safe_dump(config))
@@ -48,6 +49,23 @@ def test_the_mean_difference_and_spread_over_seeds(tmp_path):
     assert row["runs_ahead"] == 1
     table = (tmp_path / "out" / "seeds.md").read_text()
     assert "| gsm8k | 3.00 / 2.00, +1.000 | 2.00 / 2.50, -0.500 | +0.250 |" in table
+
+
+def test_ours_picks_an_experiments_draft_of_the_same_folders(tmp_path):
+    """A run folder with a third draft (an experiment's, e.g. distill): --ours sets that one against the
+    peer; the default still compares flashdraft's."""
+    a = run(tmp_path / "a", ours=[20, 20], peer=[30, 30], seed=0, distill=[15, 15])  # distill 4.0 vs 2.0
+    b = run(tmp_path / "b", ours=[30, 30], peer=[24, 24], seed=1, distill=[20, 20])  # distill 3.0 vs 2.5
+    assert quality_seeds_report.main([str(a), str(b), "--out", str(tmp_path / "out"), "--ours", "distill"]) == 0
+    result = json.loads((tmp_path / "out" / "seeds.json").read_text())
+    (row,) = result["benchmarks"]
+    assert result["ours"] == "distill" and row["runs_ahead"] == 2
+    assert [r["difference"] for r in row["runs"]] == pytest.approx([2.0, 0.5])
+    table = (tmp_path / "out" / "seeds.md").read_text()
+    assert "| gsm8k | 4.00 / 2.00, +2.000 | 3.00 / 2.50, +0.500 | +1.250 |" in table
+    assert quality_seeds_report.main([str(a), str(b), "--out", str(tmp_path / "default")]) == 0
+    (row,) = json.loads((tmp_path / "default" / "seeds.json").read_text())["benchmarks"]
+    assert [r["difference"] for r in row["runs"]] == pytest.approx([1.0, -0.5])
 
 
 def test_runs_that_differ_in_more_than_the_seed_are_refused(tmp_path):

@@ -105,6 +105,10 @@ class DFlashPrepared:
     def weight_sum(self) -> torch.Tensor:
         return (self.label_mask * self.slot_weights).sum()
 
+    def to(self, device: torch.device) -> DFlashPrepared:
+        return DFlashPrepared(self.batch.to(device), self.anchors.to(device), self.block_valid.to(device),
+                              self.labels.to(device), self.label_mask.to(device), self.slot_weights.to(device))
+
 
 class DFlashObjective:
     name = "dflash"
@@ -225,11 +229,16 @@ class DFlashObjective:
     def block_hidden(self, model: nn.Module, prepared: DFlashPrepared) -> torch.Tensor:
         """The draft's final hidden states of every block slot, [N, A*B, H] (prepared on the target's device):
         one target forward for the context features, one draft forward for all blocks."""
-        target, batch = self.target, prepared.batch
-        seq_len = batch.input_ids.shape[1]
-        features = target.context_features(batch.input_ids, self.draft_config.target_layer_ids, batch.attention_mask)
+        batch = prepared.batch
+        features = self.target.context_features(batch.input_ids, self.draft_config.target_layer_ids,
+                                                 batch.attention_mask)
+        return self.draft_hidden(model, prepared, features)
+
+    def draft_hidden(self, model: nn.Module, prepared: DFlashPrepared, features: torch.Tensor) -> torch.Tensor:
+        """The draft forward of `block_hidden` given the target's tapped features [N, S, n_taps * H]."""
+        seq_len = prepared.batch.input_ids.shape[1]
         block_ids, position_ids = self.block_inputs(prepared)
-        noise = target.embedding(block_ids).to(self.compute_dtype)
+        noise = self.target.embedding(block_ids).to(self.compute_dtype)
         features = features.to(self.compute_dtype)
         if self.use_flex:
             mask = flex_block_mask(prepared.anchors, seq_len, self.block_size)
@@ -240,14 +249,7 @@ class DFlashObjective:
     def loss(self, model: nn.Module, prepared: DFlashPrepared) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         target = self.target
         device = target.device
-        prepared = DFlashPrepared(
-            prepared.batch.to(device),
-            prepared.anchors.to(device),
-            prepared.block_valid.to(device),
-            prepared.labels.to(device),
-            prepared.label_mask.to(device),
-            prepared.slot_weights.to(device),
-        )
+        prepared = prepared.to(device)
         batch = prepared.batch
         n = batch.input_ids.shape[0]
         hidden = self.block_hidden(model, prepared)
