@@ -18,24 +18,29 @@ pytestmark = [
 ]
 
 
-def _objective_on_cuda(target_path, attention: str):
+def _objective_on_cuda(target_path, attention: str, compile_layers: bool = False):
     from dflash_helpers import make_objective
 
-    objective, draft = make_objective(target_path, torch.device("cuda"), attention=attention, num_anchors=6)
+    objective, draft = make_objective(target_path, torch.device("cuda"), attention=attention, num_anchors=6,
+                                      compile_layers=compile_layers)
     # The trainer runs the draft under FSDP2 in bf16; here both attention paths are compared unwrapped in
     # float32, so the inputs stay float32 too.
     objective.compute_dtype = torch.float32
     return objective, draft
 
 
-def test_flex_attention_loss_and_grads_equal_the_dense_mask_path(tiny_target):
+@pytest.mark.parametrize("compile_layers", [False, True])
+def test_flex_attention_loss_and_grads_equal_the_dense_mask_path(tiny_target, compile_layers):
     """The dense path equals the naive reference on CPU (objectives/test_dflash.py); flex must equal it here,
-    forward and backward, for blocks that overlap, padding and a single block per sample."""
+    forward and backward, for blocks that overlap, padding and a single block per sample; also inside
+    compiled draft layers (the GPU default for wide drafts), where inductor lays out the transposed query
+    itself: in decoding that layout once made a flex call wrong (target/flex_decode.py)."""
     from dflash_helpers import make_batch
 
     results = []
     for attention in ("flex", "sdpa"):
-        objective, draft = _objective_on_cuda(tiny_target("qwen3"), attention)
+        objective, draft = _objective_on_cuda(tiny_target("qwen3"), attention, compile_layers and attention == "flex")
+        assert objective.compile_layers == (compile_layers and attention == "flex")
         assert objective.use_flex == (attention == "flex")
         prepared = objective.prepare(make_batch(lengths=(40, 23)), step=5)
         loss_sum, _ = objective.loss(draft, prepared)
