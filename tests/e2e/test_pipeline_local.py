@@ -73,8 +73,11 @@ TINY_RUN = ["recipe=", "prompts=[packaged:chitchat]", "gpus=2", f"overrides={jso
 def test_the_local_dag_trains_evaluates_registers_and_promotes(in_tmp, mlflow_server, tiny_target, capfd):
     name, experiment = "dflash-tiny", "pipeline-e2e"
     target = str(tiny_target("qwen3"))
+    # A speedup measured on a shared CPU is timing: a 3-step draft once came out faster than plain decoding
+    # while other processes slowed the plain loop. A gate no 16-token block can pass makes the decision below
+    # the policy's, whatever the timing.
     code = cli.main(["run", str(PIPELINE), "--local", f"target={target}", f"model_name={name}",
-                     f"mlflow_experiment={experiment}", *TINY_RUN])
+                     f"mlflow_experiment={experiment}", "min_speedup=100", *TINY_RUN])
     out, err = capfd.readouterr()
     assert code == 0, (out + err)[-4000:]
     # Every step ran, in this order (draft-init and warmup have no edge between them).
@@ -94,10 +97,10 @@ def test_the_local_dag_trains_evaluates_registers_and_promotes(in_tmp, mlflow_se
         assert tags[f"lossless.{bench}"] == "1"  # float32 on CPU: speculative == plain greedy
         assert f"speedup.{bench}" in tags
     assert len(tags["flashdraft.weights_sha256"]) == 64
-    # The first model, lossless, but slower than plain decoding (a few CPU steps of training): registered,
-    # never champion (promote.min_speedup), and the reason says so.
+    # The first model, lossless, but below the speedup gate: registered, never champion (promote.min_speedup),
+    # and the reason says so.
     assert {k: str(v) for k, v in client.get_registered_model(name).aliases.items()} == {"challenger": "1"}
-    assert "below promote.min_speedup" in tags["flashdraft.decision"]
+    assert "below promote.min_speedup 100.000x" in tags["flashdraft.decision"]
     # The registered source is the trained draft, byte for byte what the train step exported.
     import mlflow.artifacts
 
