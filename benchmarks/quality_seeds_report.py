@@ -85,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="folder for seeds.md and seeds.json")
     parser.add_argument("--ours", default=OURS, help="the draft set against the peer's (default flashdraft)")
     args = parser.parse_args(argv)
+    if args.ours == PEER:
+        raise SystemExit("error: --ours names the draft compared with the peer's; give another draft than peer")
     if len(args.runs) < 2:
         raise SystemExit("error: give at least two run folders; one run has no spread across seeds")
     needed = [f"{name}_{part}" for name in (args.ours, PEER) for part in ("report.json", "config.yaml")]

@@ -43,6 +43,15 @@ def make_objective(target_path, device: torch.device = torch.device("cpu"), **ob
     return planned, draft
 
 
+def bound_like(cls, ours, draft, target_path):
+    """An objective of class `cls` (a variant of dflash) planned from `ours`' config and bound to the same
+    target and draft on the CPU."""
+    other = cls.plan(ours.config, load_target_config(str(target_path)), load_tokenizer(str(target_path)))
+    other.use_device(torch.device("cpu"))
+    other.bind(draft, ours.target)
+    return other
+
+
 def write_draft(target_path, output: Path, **draft) -> Path:
     """`flashdraft draft-init` for `target_path` into `output` (draft section: DRAFT updated by `draft`)."""
     values = {"target.name_or_path": str(target_path), "draft.output_dir": str(output),

@@ -14,19 +14,10 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from dflash_helpers import make_batch, make_objective
-from flashdraft.target.source import load_target_config, load_tokenizer
+from dflash_helpers import bound_like, make_batch, make_objective
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from distill_objective import DistillObjective  # noqa: E402
-
-
-def _distill_like(ours, draft, path, chunk):
-    ours.config.objective.lm_head_chunk = chunk
-    distill = DistillObjective.plan(ours.config, load_target_config(str(path)), load_tokenizer(str(path)))
-    distill.use_device(torch.device("cpu"))
-    distill.bind(draft, ours.target)
-    return distill
 
 
 @pytest.mark.parametrize("chunk", [0, 7])
@@ -36,7 +27,8 @@ def test_each_slot_is_scored_against_the_targets_distribution_for_its_token(tiny
     unsupervised token inside it); the chunked, recomputed path gives the same."""
     path = tiny_target("qwen3")
     ours, draft = make_objective(path, num_anchors=16, attention="sdpa")
-    distill = _distill_like(ours, draft, path, chunk)
+    ours.config.objective.lm_head_chunk = chunk
+    distill = bound_like(DistillObjective, ours, draft, path)
     batch = make_batch(lengths=(30, 27))
     prepared = distill.prepare(batch, step=3)
     assert bool((prepared.anchors + distill.block_size > torch.tensor([30, 27])[:, None]).any())

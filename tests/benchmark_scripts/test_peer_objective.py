@@ -15,19 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from dflash_helpers import make_batch, make_objective
-from flashdraft.target.source import load_target_config, load_tokenizer
+from dflash_helpers import bound_like, make_batch, make_objective
 
 pytest.importorskip("specforge", reason="installed with --no-deps in the README's test command")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from peer_objective import SpecForgeObjective  # noqa: E402
-
-
-def _peer_like(ours, draft, path):
-    peer = SpecForgeObjective.plan(ours.config, load_target_config(str(path)), load_tokenizer(str(path)))
-    peer.use_device(torch.device("cpu"))
-    peer.bind(draft, ours.target)
-    return peer
 
 
 @pytest.mark.parametrize("num_anchors", [4, 16])
@@ -36,7 +28,7 @@ def test_given_our_anchors_the_peer_loss_is_our_weighted_sum(tiny_target, num_an
     masking of those slots must be the peer's too."""
     path = tiny_target("qwen3")
     ours, draft = make_objective(path, num_anchors=num_anchors, attention="sdpa")
-    peer = _peer_like(ours, draft, path)
+    peer = bound_like(SpecForgeObjective, ours, draft, path)
     batch = make_batch(lengths=(30, 27))
     prepared = ours.prepare(batch, step=3)
     assert bool(prepared.block_valid.all())  # every block real: the peer's dense mask has no empty rows
@@ -69,7 +61,7 @@ def test_peer_steps_are_reproducible_and_learn(tiny_target, target_dtype):
     path = tiny_target("qwen3")
     ours, draft = make_objective(path, num_anchors=4, attention="sdpa")
     ours.target.model.to(target_dtype)
-    peer = _peer_like(ours, draft, path)
+    peer = bound_like(SpecForgeObjective, ours, draft, path)
     batch = make_batch(lengths=(30, 27))
     first, again = (float(peer.loss(draft, peer.prepare(batch, step=1))[0].detach()) for _ in range(2))
     assert first == again

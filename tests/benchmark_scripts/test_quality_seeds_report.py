@@ -66,6 +66,8 @@ def test_ours_picks_an_experiments_draft_of_the_same_folders(tmp_path):
     assert quality_seeds_report.main([str(a), str(b), "--out", str(tmp_path / "default")]) == 0
     (row,) = json.loads((tmp_path / "default" / "seeds.json").read_text())["benchmarks"]
     assert [r["difference"] for r in row["runs"]] == pytest.approx([1.0, -0.5])
+    with pytest.raises(SystemExit, match="give another draft than peer"):
+        quality_seeds_report.main([str(a), str(b), "--out", str(tmp_path / "peer"), "--ours", "peer"])
 
 
 def test_runs_that_differ_in_more_than_the_seed_are_refused(tmp_path):
