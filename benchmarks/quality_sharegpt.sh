@@ -38,8 +38,9 @@ flashdraft() { python3 -m flashdraft.cli "$@"; }
 wait_all() { local rc=0 pid; for pid in "$@"; do wait "$pid" || rc=$?; done; return $rc; }
 max_length=${MAX_LENGTH:-1024}
 objective_of() { case $1 in flashdraft) echo dflash ;; peer) echo specforge ;; distill) echo distill ;;
-  *) echo "unknown draft $1" >&2; exit 2 ;; esac; }
+  *) echo "error: unknown draft $1 (DRAFTS or the evaluate phase); known: flashdraft peer distill" >&2; exit 2 ;; esac; }
 drafts=${DRAFTS:-flashdraft peer}
+for name in $drafts; do objective_of "$name" > /dev/null; done  # an unknown name fails before any work
 
 case $phase in
 warmup)
@@ -82,7 +83,6 @@ train)
   run flashdraft prepare-data "${common[@]}" ${TRAIN_ARGS:-} > "$work/prepare_data.log" 2>&1
   pids=()
   for name in $drafts; do
-    objective_of "$name" > /dev/null
     run python3 -m torch.distributed.run --standalone --nproc-per-node 1 "$here/peer_train.py" "${common[@]}" \
       train.micro_batch_size=32 train.epochs=100 "train.max_steps=${STEPS:-400}" train.eval_every=100 \
       train.log_every=10 train.checkpoint_every=100000 "objective.name=$(objective_of $name)" \
