@@ -73,23 +73,16 @@ class DistillObjective(DFlashObjective):
         return concat_taps(captured, taps), out.last_hidden_state
 
     def loss(self, model: nn.Module, prepared: DFlashPrepared) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        device = self.target.device
-        prepared = prepared.to(device)
-        batch = prepared.batch
-        n = batch.input_ids.shape[0]
-        features, final = self.target_states(batch)
+        prepared = prepared.to(self.target.device)
+        features, final = self.target_states(prepared.batch)
         hidden = self.draft_hidden(model, prepared, features)
-
-        select = prepared.label_mask.view(n, -1)
-        slot = torch.arange(self.block_size, device=device).expand_as(prepared.label_mask).reshape(n, -1)[select]
         # Slot k is labelled with the token at anchor + k: the target predicts it from position anchor + k - 1.
-        # Slot 0 is never supervised, so the clamp only keeps its (unused) read in range.
-        source = (prepared.anchors[..., None] + torch.arange(self.block_size, device=device) - 1).clamp(min=0)
-        source = source.clamp(max=final.shape[1] - 1).view(n, -1, 1).expand(-1, -1, final.shape[-1])
-        teacher = final.gather(1, source)[select].to(self.compute_dtype)
-        labels = prepared.labels.view(n, -1)[select]
-        loss_sum, preds = soft_cross_entropy(hidden[select], teacher, self.target.lm_head.weight.to(self.compute_dtype),
-                                             self.weights.to(device)[slot], self.config.objective.lm_head_chunk)
-        correct = torch.zeros_like(prepared.label_mask)
-        correct.view(n, -1)[select] = preds == labels
-        return loss_sum, self._counts(loss_sum, correct, prepared, batch)
+        # Slot 0 is never supervised; the clamp only keeps its (unused) read, and those past the end, in range.
+        n, seq_len, width = final.shape
+        source = prepared.anchors[..., None] + torch.arange(self.block_size, device=final.device) - 1
+        source = source.clamp(0, seq_len - 1).view(n, -1, 1).expand(-1, -1, width)
+        teacher = final.gather(1, source).to(self.compute_dtype)  # [N, A*B, H]
+        head, chunk = self.target.lm_head.weight.to(self.compute_dtype), self.config.objective.lm_head_chunk
+        return self.scored(prepared, hidden,
+                           lambda select, selected, labels, weights: soft_cross_entropy(selected, teacher[select],
+                                                                                        head, weights, chunk))

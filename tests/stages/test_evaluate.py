@@ -107,7 +107,7 @@ def test_compiled_evaluation_is_lossless_and_keeps_prompt_lookup_eager(tiny_targ
     assert report["settings"]["compiled"] is True and result["lossless"] == 1.0
     # q/k/v and gate/up of each of the target's layers read with one matmul each, beside the compiled layers.
     assert report["settings"]["fused_projection_groups"] == 2 * 6
-    # and the target's sdpa attention as flex attention in the one-token step (tests/target/test_flex_decode.py).
+    # and the target's sdpa attention as flex attention in the compiled steps (tests/target/test_flex_decode.py).
     assert report["settings"]["flex_decode_attention"] is True and "flex_attention" in ops
     assert result["prompt_lookup"]["supported"] and result["prompt_lookup"]["tau_pooled"] >= 1.0
 

@@ -15,6 +15,7 @@ global sum of the supervised slots' weights (a weighted mean).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -31,6 +32,9 @@ from flashdraft.objectives.flops import DecoderFlops, draft_train_flops
 from flashdraft.target.fast_path import recurrent_layers
 from flashdraft.target.frozen import FrozenTarget, decoder_layers
 from flashdraft.target.source import check_draft_fits
+
+# (select [N, A*B], supervised slots' hidden states [M, H], labels [M], weights [M]) -> (loss sum, argmax [M])
+SlotLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 # The paper's decay constants; other block sizes interpolate linearly between them (see decay_gamma).
 GAMMA_POINTS = ((8, 4.0), (10, 5.0), (16, 7.0))
@@ -247,26 +251,26 @@ class DFlashObjective:
         return model(position_ids=position_ids, noise_embedding=noise, target_hidden=features, attention_mask=mask)
 
     def loss(self, model: nn.Module, prepared: DFlashPrepared) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        target = self.target
-        device = target.device
-        prepared = prepared.to(device)
-        batch = prepared.batch
-        n = batch.input_ids.shape[0]
+        prepared = prepared.to(self.target.device)
         hidden = self.block_hidden(model, prepared)
+        head, chunk = self.target.lm_head.weight.to(self.compute_dtype), self.config.objective.lm_head_chunk
+        return self.scored(prepared, hidden,
+                           lambda select, selected, labels, weights: linear_cross_entropy(selected, head, labels,
+                                                                                          weights, chunk))
 
+    def scored(self, prepared: DFlashPrepared, hidden: torch.Tensor, slot_loss: SlotLoss
+               ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """(loss_sum, counts) of the draft's block hidden states [N, A*B, H]. `slot_loss(select, hidden[select],
+        labels, weights)` scores the supervised slots (`select` marks them in [N, A*B]) and returns their
+        weighted loss sum and the draft's argmax at each."""
+        n = prepared.batch.input_ids.shape[0]
         select = prepared.label_mask.view(n, -1)
-        slot = torch.arange(self.block_size, device=device).expand_as(prepared.label_mask).reshape(n, -1)[select]
+        slot = torch.arange(self.block_size, device=hidden.device).expand_as(prepared.label_mask).reshape(n, -1)[select]
         labels = prepared.labels.view(n, -1)[select]
-        loss_sum, preds = linear_cross_entropy(
-            hidden[select],
-            target.lm_head.weight.to(self.compute_dtype),
-            labels,
-            self.weights.to(device)[slot],
-            self.config.objective.lm_head_chunk,
-        )
+        loss_sum, preds = slot_loss(select, hidden[select], labels, self.weights.to(hidden.device)[slot])
         correct = torch.zeros_like(prepared.label_mask)
         correct.view(n, -1)[select] = preds == labels
-        return loss_sum, self._counts(loss_sum, correct, prepared, batch)
+        return loss_sum, self._counts(loss_sum, correct, prepared, prepared.batch)
 
     def _counts(self, loss_sum, correct, prepared, batch) -> dict[str, torch.Tensor]:
         valid = prepared.label_mask[..., 1:][prepared.block_valid].float()  # [blocks, B-1]
