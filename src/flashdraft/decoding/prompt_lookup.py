@@ -68,7 +68,7 @@ def prompt_lookup(
             tokens += max(out.shape[1] - ids.shape[1] - 1, 0)
             steps += state["calls"]
     except (ValueError, RuntimeError, NotImplementedError) as err:
-        # e.g. hybrid (Mamba) targets: transformers' assisted decoding cannot crop a recurrent state.
+        # e.g. hybrid (Mamba) targets before transformers 5.25: its assisted decoding refused stateful models.
         return {"supported": False, "reason": f"{type(err).__name__}: {err}"}
     finally:
         handle.remove()
