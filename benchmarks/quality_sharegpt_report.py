@@ -1,6 +1,6 @@
 """Tables and the training-curve plot of the side-by-side quality run (`quality_sharegpt.sh collect`'s folder).
 
-    python benchmarks/quality_sharegpt_report.py benchmarks/results/quality_sharegpt [--ours distill]
+    python benchmarks/quality_sharegpt_report.py benchmarks/results/quality_sharegpt [--ours distill] [--against peer]
 
 writes `quality.md` (per benchmark, both drafts: decoding tau, share of verify steps accepting at least k
 drafted tokens, speedup, plain ms a token, lossless fraction; the difference of pooled tau paired by prompt,
@@ -8,7 +8,8 @@ with a bootstrap interval over the prompts; the teacher-forced expected tau besi
 and `training_curves.png` (drafted-slot accuracy, train and held out: the one curve both objectives log
 on the same scale, as their losses are normalised differently) into the same folder. `--ours NAME` sets
 the draft set against the peer's (default flashdraft; an experiment's draft, e.g. distill, writes
-`quality_NAME.md` and `training_curves_NAME.png`).
+`quality_NAME.md` and `training_curves_NAME.png`); `--against NAME` sets the draft it is compared with
+(default peer; e.g. flashdraft, for a variant of our own recipe: `quality_OURS_vs_NAME.md`).
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ def accepting_at_least(histogram: dict[str, int], k: int) -> float:
     return sum(n for length, n in histogram.items() if int(length) >= k + 1) / steps
 
 
-def benchmark_rows(folder: Path, ours: str = OURS) -> list[dict]:
+def benchmark_rows(folder: Path, ours: str = OURS, against: str = PEER) -> list[dict]:
     """Per benchmark, both drafts' numbers (keyed by draft name) and the paired difference, `ours` minus
-    the peer's."""
-    reports = {name: json.loads((folder / f"{name}_report.json").read_text()) for name in (ours, PEER)}
+    `against`'s."""
+    reports = {name: json.loads((folder / f"{name}_report.json").read_text()) for name in (ours, against)}
     rows = []
     for bench in reports[ours]["benchmarks"]:
         row = {"benchmark": bench}
@@ -49,7 +50,7 @@ def benchmark_rows(folder: Path, ours: str = OURS) -> list[dict]:
                 "spec_ms": spec["ms_per_step"], "lossless": r["lossless"], "prompts": r["num_prompts"],
             }
         row["paired"] = paired_difference(reports[ours]["benchmarks"][bench]["per_prompt"],
-                                          reports[PEER]["benchmarks"][bench]["per_prompt"])
+                                          reports[against]["benchmarks"][bench]["per_prompt"])
         rows.append(row)
     return rows
 
@@ -77,39 +78,40 @@ def paired_difference(ours: list[dict], peer: list[dict], seed: int = 0) -> dict
             "behind": sum(a["tau"] < b["tau"] for a, b in zip(ours, peer))}
 
 
-def heldout_tau(folder: Path, ours: str = OURS) -> dict[str, dict]:
+def heldout_tau(folder: Path, ours: str = OURS, against: str = PEER) -> dict[str, dict]:
     out = {}
-    for name in (ours, PEER):
+    for name in (ours, against):
         (result,) = json.loads((folder / f"{name}_heldout_tau.json").read_text())["results"].values()
         out[name] = result
     return out
 
 
-def markdown(rows: list[dict], teacher: dict[str, dict], settings: dict, note: str = "", ours: str = OURS) -> str:
+def markdown(rows: list[dict], teacher: dict[str, dict], settings: dict, note: str = "", ours: str = OURS,
+             against: str = PEER) -> str:
     lines = [
         f"Evaluation: {settings['device_name']}, {settings['dtype']}, greedy, {settings['max_new_tokens']} new "
         f"tokens, block {settings['block_size']}, compiled layers {settings['compiled']}, torch "
         f"{settings['versions']['torch']}, transformers {settings['versions']['transformers']}.",
         *([note] if note else []),
         "",
-        f"| benchmark | prompts | tau pooled ({ours} / peer) | tau per request | speedup | plain ms a token "
+        f"| benchmark | prompts | tau pooled ({ours} / {against}) | tau per request | speedup | plain ms a token "
         "| draft+verify ms a step | lossless |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in rows:
-        f, p = row[ours], row[PEER]
+        f, p = row[ours], row[against]
         lines.append(
             f"| {row['benchmark']} | {f['prompts']} | {f['tau_pooled']:.2f} / {p['tau_pooled']:.2f} "
             f"| {f['tau_per_request']:.2f} / {p['tau_per_request']:.2f} | {f['speedup']:.2f}x / {p['speedup']:.2f}x "
             f"| {f['plain_ms']:.2f} / {p['plain_ms']:.2f} | {f['spec_ms']:.2f} / {p['spec_ms']:.2f} "
             f"| {f['lossless']:.2f} / {p['lossless']:.2f} |")
-    lines += ["", f"Share of verify steps accepting at least k drafted tokens ({ours} / peer):", "",
+    lines += ["", f"Share of verify steps accepting at least k drafted tokens ({ours} / {against}):", "",
               "| benchmark | " + " | ".join(f"k = {k}" for k in MIN_ACCEPTED) + " |",
               "| --- |" + " ---: |" * len(MIN_ACCEPTED)]
     for row in rows:
-        cells = [f"{a:.2f} / {b:.2f}" for a, b in zip(row[ours]["accepting"], row[PEER]["accepting"])]
+        cells = [f"{a:.2f} / {b:.2f}" for a, b in zip(row[ours]["accepting"], row[against]["accepting"])]
         lines.append(f"| {row['benchmark']} | " + " | ".join(cells) + " |")
-    lines += ["", f"Pooled tau, {ours} minus peer, paired by prompt (95% bootstrap interval over the prompts, "
+    lines += ["", f"Pooled tau, {ours} minus {against}, paired by prompt (95% bootstrap interval over the prompts, "
               f"{BOOTSTRAP_DRAWS} draws; prompts where a draft's own tau is higher):", "",
               f"| benchmark | difference | 95% interval | {ours} ahead / behind |", "| --- | ---: | ---: | ---: |"]
     for row in rows:
@@ -120,21 +122,21 @@ def markdown(rows: list[dict], teacher: dict[str, dict], settings: dict, note: s
               "(the training evaluation's expected tau, 64 random anchors a sample):", "",
               "| | expected tau | slot-1 accuracy | drafted-slot accuracy | samples |",
               "| --- | ---: | ---: | ---: | ---: |"]
-    for name in (ours, PEER):
+    for name in (ours, against):
         t = teacher[name]
         lines.append(f"| {name} | {t['eval_tau']:.2f} | {t['eval_acc_slot_1']:.3f} | {t['eval_accuracy']:.3f} "
                      f"| {t['samples']} |")
     return "\n".join(lines) + "\n"
 
 
-def plot_curves(folder: Path, path: Path, ours: str = OURS) -> None:
+def plot_curves(folder: Path, path: Path, ours: str = OURS, against: str = PEER) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for name, color in zip((ours, PEER), ("tab:blue", "tab:orange")):
+    for name, color in zip((ours, against), ("tab:blue", "tab:orange")):
         rows = [json.loads(line) for line in (folder / f"{name}_training_curve.jsonl").read_text().splitlines()]
         train = [r for r in rows if "accuracy" in r]
         held = [r for r in rows if "eval_accuracy" in r]
@@ -145,7 +147,7 @@ def plot_curves(folder: Path, path: Path, ours: str = OURS) -> None:
     ax.set_ylabel("drafted-slot accuracy")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.suptitle("SmolLM2-135M drafts, same data and steps: ours vs SpecForge's objective")
+    fig.suptitle(f"SmolLM2-135M drafts, same data and steps: {ours} vs {against}")
     fig.tight_layout()
     save_figure(fig, path)
 
@@ -154,22 +156,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", type=Path, help="the evidence folder of quality_sharegpt.sh collect")
     parser.add_argument("--note", default="", help="a line under the heading: how this run differed from the script")
-    parser.add_argument("--ours", default=OURS, help="the draft set against the peer's (default flashdraft)")
+    parser.add_argument("--ours", default=OURS, help="the draft set against the other (default flashdraft)")
+    parser.add_argument("--against", default=PEER, help="the draft it is compared with (default peer)")
     args = parser.parse_args(argv)
-    if args.ours == PEER:
-        raise SystemExit("error: --ours names the draft compared with the peer's; give another draft than peer")
-    needed = [f"{name}_{part}" for name in (args.ours, PEER)
+    if args.ours == args.against:
+        raise SystemExit(f"error: --ours and --against both name {args.ours}; a draft is compared with another draft")
+    needed = [f"{name}_{part}" for name in (args.ours, args.against)
               for part in ("report.json", "heldout_tau.json", "training_curve.jsonl")]
     missing = [name for name in needed if not (args.folder / name).is_file()]
     if missing:
         raise SystemExit(f"error: {args.folder} lacks {', '.join(missing)}; give the folder that "
                          "`quality_sharegpt.sh collect WORK OUT` wrote")
     settings = json.loads((args.folder / f"{args.ours}_report.json").read_text())["settings"]
-    text = markdown(benchmark_rows(args.folder, args.ours), heldout_tau(args.folder, args.ours), settings, args.note,
-                    args.ours)
-    suffix = "" if args.ours == OURS else f"_{args.ours}"
+    text = markdown(benchmark_rows(args.folder, args.ours, args.against),
+                    heldout_tau(args.folder, args.ours, args.against), settings, args.note, args.ours, args.against)
+    suffix = ("" if (args.ours, args.against) == (OURS, PEER)
+              else f"_{args.ours}" if args.against == PEER else f"_{args.ours}_vs_{args.against}")
     write_text(args.folder / f"quality{suffix}.md", text)
-    plot_curves(args.folder, args.folder / f"training_curves{suffix}.png", args.ours)
+    plot_curves(args.folder, args.folder / f"training_curves{suffix}.png", args.ours, args.against)
     print(text)
     return 0
 
