@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 import torch
+from transformers import AutoModelForCausalLM
 
 from flashdraft.errors import UserError
 from flashdraft.files import atomic_dir, check_output_dir, holds_only
@@ -84,8 +85,6 @@ def main(argv: list[str] | None = None) -> int:
         check_draft(args.draft, "--draft")
         if not (args.target / "config.json").is_file():
             raise UserError(f"--target {args.target} is not an HF model folder (no config.json)")
-        from transformers import AutoModelForCausalLM
-
         draft = DFlashDraftModel.from_pretrained(args.draft, dtype=torch.float32)
         target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32)
         count = len(decoder_layers(target))
@@ -97,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with atomic_dir(out) as tmp:
         draft.save_pretrained(tmp, safe_serialization=True)
-        shutil.copy(args.draft / "README.md", tmp / "README.md")
+        if (args.draft / "README.md").is_file():  # the fresh draft's card: its shape and target still hold
+            shutil.copy(args.draft / "README.md", tmp / "README.md")
         (tmp / "init.json").write_text(json.dumps(record, indent=1) + "\n")
     print(f"draft with target layers {layers} written to {out} ({len(record['copied'])} tensors copied)")
     return 0

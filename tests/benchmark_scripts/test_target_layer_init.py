@@ -112,3 +112,14 @@ def test_a_draft_of_other_layer_sizes_is_refused(llama, tmp_path, capsys):
     assert target_layer_init.main(["--draft", str(fresh), "--target", str(target), "--out", str(out)]) == 2
     assert "has shape [96, 64], the target's [128, 64]" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_a_draft_folder_without_a_card_is_taken(llama, tmp_path):
+    target, fresh = llama
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (bare / name).write_bytes((fresh / name).read_bytes())
+    out = tmp_path / "init"
+    assert target_layer_init.main(["--draft", str(bare), "--target", str(target), "--out", str(out)]) == 0
+    assert not (out / "README.md").exists() and (out / "init.json").is_file()
