@@ -13,6 +13,8 @@
 #   benchmarks/quality_sharegpt.sh anchors DATA WORK             # teacher-forced tau at the answers' ends
 #   benchmarks/quality_sharegpt.sh collect WORK OUT              # the evidence folder
 #   benchmarks/quality_sharegpt.sh all GGUF DATA WORK OUT        # everything in order
+#   VARIANTS="lr3e-4: train.lr=3e-4; anchors128: objective.num_anchors=128" \
+#     benchmarks/quality_sharegpt.sh variants DATA WORK OUT     # recipe variants on WORK's answers, side by side
 #
 # Seeds are fixed (data.seed, train.seed, warmup.seed, evaluate.seed = 0). Phases are separate so each fits a
 # machine window; WORK keeps the state between them. On one H200: warmup ~7 minutes with static
@@ -183,6 +185,72 @@ evidence["warmup"] = [json.loads(m.read_text()) for m in manifests]
 print(json.dumps({k: v for k, v in evidence.items() if k != "warmup"}, indent=1))
 EOF
   ;;
+variants)
+  # Variants of flashdraft's recipe trained and evaluated side by side on WORK's answers (its warmup), each
+  # in a folder of its own that links those answers: VARIANTS="NAME: key=value ...; NAME: key=value ...",
+  # each variant's settings after TRAIN_ARGS (common to all). OUT gets NAME_report.json, NAME_heldout_tau.json,
+  # NAME_training_curve.jsonl, NAME_config.yaml and NAME_evidence.json a variant; with the baseline's
+  # flashdraft_* files in OUT (the run whose answers and seed the variants share), quality_NAME_vs_flashdraft.md.
+  data=$2 work=$3 out=$4
+  [ -n "${VARIANTS:-}" ] || { echo "error: VARIANTS is empty; give 'NAME: key=value ...; NAME: ...'" >&2; exit 2; }
+  ls "$work"/warmup_prompts_*/train.jsonl "$work/target_path" "$work/sharegpt_second_turn.jsonl" > /dev/null ||
+    { echo "error: $work lacks the warmup phase's answers; run the warmup phase into it first" >&2; exit 2; }
+  names=() settings=()
+  IFS=';' read -ra specs <<< "$VARIANTS"
+  for spec in "${specs[@]}"; do
+    [[ $spec =~ ^[[:space:]]*$ ]] && continue
+    read -r name <<< "${spec%%:*}"
+    args=${spec#*:}
+    # Every check before any training: a bad variant found after the others trained wastes the machine.
+    [[ $spec == *:* && $name =~ ^[A-Za-z0-9._-]+$ ]] ||
+      { echo "error: variant '$spec' is not 'NAME: key=value ...' (NAME of letters, digits, . _ -)" >&2; exit 2; }
+    case $name in flashdraft|peer|distill)
+      echo "error: variant name $name is a draft of the comparison itself; name the variant by what it changes" >&2
+      exit 2 ;; esac
+    for arg in $args; do [[ $arg == ?*=* ]] ||
+      { echo "error: variant $name: '$arg' is not key=value" >&2; exit 2; }; done
+    [ -n "${args//[[:space:]]/}" ] || { echo "error: variant $name changes nothing; give its key=value settings" >&2; exit 2; }
+    for seen in "${names[@]}"; do [ "$seen" != "$name" ] ||
+      { echo "error: variant $name is given twice" >&2; exit 2; }; done
+    [ ! -e "$work/variant_$name" ] ||
+      { echo "error: $work/variant_$name exists; remove it or name the variant otherwise" >&2; exit 2; }
+    [ -z "$(ls "$out/${name}_"* 2> /dev/null)" ] ||
+      { echo "error: $out already holds ${name}_* files; give another OUT or name" >&2; exit 2; }
+    names+=("$name") settings+=("$args")
+  done
+  for i in "${!names[@]}"; do
+    vwork=$work/variant_${names[$i]}
+    mkdir -p "$vwork"
+    ln -s "$(cd "$work" && pwd)"/{warmup_prompts_*,target_path,sharegpt_second_turn.jsonl} "$vwork/"
+  done
+  each() {  # run one phase for every variant, side by side
+    local pids=() i
+    for i in "${!names[@]}"; do
+      DRAFTS=flashdraft TRAIN_ARGS="${TRAIN_ARGS:-} ${settings[$i]}" bash "$0" "$@" "$work/variant_${names[$i]}" &
+      pids+=($!)
+    done
+    wait_all "${pids[@]}"
+  }
+  each train "$data"
+  each evaluate flashdraft "$data"
+  mkdir -p "$out"
+  for name in "${names[@]}"; do
+    vwork=$work/variant_$name
+    DRAFTS=flashdraft bash "$0" collect "$vwork" "$vwork/evidence" > /dev/null
+    for file in report.json heldout_tau.json training_curve.jsonl config.yaml; do
+      cp "$vwork/evidence/flashdraft_$file" "$out/${name}_$file"
+    done
+    cp "$vwork/evidence/evidence.json" "$out/${name}_evidence.json"
+  done
+  if [ -e "$out/flashdraft_report.json" ]; then
+    for name in "${names[@]}"; do
+      run python3 "$here/quality_sharegpt_report.py" "$out" --ours "$name" --against flashdraft
+    done
+  else
+    echo "no flashdraft_* files in $out: copy the baseline run's there and run" \
+      "quality_sharegpt_report.py $out --ours NAME --against flashdraft for the tables" >&2
+  fi
+  ;;
 all)
   gguf=$2 data=$3 work=$4 out=$5
   bash "$0" warmup "$gguf" "$data" "$work"
@@ -193,7 +261,7 @@ all)
   ;;
 *)
   echo "usage: $0 warmup GGUF DATA WORK | train DATA WORK | evaluate flashdraft|peer DATA WORK | anchors DATA WORK" \
-       "| collect WORK OUT | all GGUF DATA WORK OUT" >&2
+       "| collect WORK OUT | variants DATA WORK OUT | all GGUF DATA WORK OUT" >&2
   exit 2
   ;;
 esac

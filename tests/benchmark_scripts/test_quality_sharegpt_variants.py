@@ -1,0 +1,66 @@
+"""`quality_sharegpt.sh variants`: every variant is checked before any of them trains, and a bad one stops
+the phase with a message that names it, leaving WORK and OUT as they were."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "quality_sharegpt.sh"
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    """A WORK folder as the warmup phase leaves it (the files' contents are not read before the checks)."""
+    work = tmp_path / "work"
+    (work / "warmup_prompts_0").mkdir(parents=True)
+    for name in ("warmup_prompts_0/train.jsonl", "target_path", "sharegpt_second_turn.jsonl"):
+        (work / name).write_text("")
+    return work
+
+
+def variants(tmp_path: Path, work: Path, spec: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), "variants", str(tmp_path / "data"), str(work), str(tmp_path / "out")],
+                          env={**os.environ, "VARIANTS": spec}, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("", "VARIANTS is empty"),
+    ("lr3e-4 train.lr=3e-4", "is not 'NAME: key=value"),
+    ("lr 3e-4: train.lr=3e-4", "is not 'NAME: key=value"),
+    ("flashdraft: train.lr=3e-4", "variant name flashdraft is a draft of the comparison itself"),
+    ("peer: train.lr=3e-4", "variant name peer is a draft of the comparison itself"),
+    ("lr3e-4: train.lr 3e-4", "variant lr3e-4: 'train.lr' is not key=value"),
+    ("lr3e-4: train.lr=3e-4; gamma2:  ", "variant gamma2 changes nothing"),
+    ("lr3e-4: train.lr=3e-4; lr3e-4: train.lr=2e-4", "variant lr3e-4 is given twice"),
+])
+def test_a_bad_variant_stops_the_phase_before_any_work(tmp_path, work, spec, message):
+    result = variants(tmp_path, work, spec)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert not list(work.glob("variant_*")) and not (tmp_path / "out").exists()
+
+
+def test_a_variant_folder_or_output_already_there_is_kept(tmp_path, work):
+    (work / "variant_gamma2").mkdir()
+    result = variants(tmp_path, work, "lr3e-4: train.lr=3e-4; gamma2: objective.gamma=2")
+    assert result.returncode == 2 and f"{work}/variant_gamma2 exists" in result.stderr
+    assert [p.name for p in work.glob("variant_*")] == ["variant_gamma2"]
+    assert not list((work / "variant_gamma2").iterdir())
+    (work / "variant_gamma2").rmdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "gamma2_report.json").write_text("{}")
+    result = variants(tmp_path, work, "lr3e-4: train.lr=3e-4; gamma2: objective.gamma=2")
+    assert result.returncode == 2 and "already holds gamma2_* files" in result.stderr
+    assert not list(work.glob("variant_*")) and (out / "gamma2_report.json").read_text() == "{}"
+
+
+def test_work_without_answers_is_refused(tmp_path):
+    empty = tmp_path / "work"
+    empty.mkdir()
+    result = variants(tmp_path, empty, "lr3e-4: train.lr=3e-4")
+    assert result.returncode == 2 and "lacks the warmup phase's answers" in result.stderr
+    assert not list(empty.iterdir())
