@@ -196,7 +196,7 @@ variants)
   ls "$work"/warmup_prompts_*/train.jsonl "$work/target_path" "$work/sharegpt_second_turn.jsonl" > /dev/null ||
     { echo "error: $work lacks the warmup phase's answers; run the warmup phase into it first" >&2; exit 2; }
   names=() settings=()
-  IFS=';' read -ra specs <<< "$VARIANTS"
+  IFS=";" read -ra specs <<< "${VARIANTS//$'\n'/ }"  # line breaks are blanks
   for spec in "${specs[@]}"; do
     [[ $spec =~ ^[[:space:]]*$ ]] && continue
     read -r name <<< "${spec%%:*}"
