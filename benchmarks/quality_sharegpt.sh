@@ -221,7 +221,8 @@ variants)
   for i in "${!names[@]}"; do
     vwork=$work/variant_${names[$i]}
     mkdir -p "$vwork"
-    ln -s "$(cd "$work" && pwd)"/{warmup_prompts_*,target_path,sharegpt_second_turn.jsonl} "$vwork/"
+    abs=$(cd "$work" && pwd)
+    ln -s "$abs"/warmup_prompts_*/ "$abs"/{target_path,sharegpt_second_turn.jsonl} "$vwork/"  # not the warmup logs
   done
   each() {  # run one phase for every variant, side by side
     local pids=() i

@@ -69,8 +69,10 @@ def test_work_without_answers_is_refused(tmp_path):
 def test_variants_over_several_lines_are_read_by_name(tmp_path, work):
     """VARIANTS written over lines, as in RESULTS.md's commands: each variant gets its folder, linked to the
     warmup's answers (the training then fails here on the empty answer files, which is not under test)."""
+    (work / "warmup_prompts_0.log").write_text("the warmup's log, not an input")
     result = variants(tmp_path, work, "gamma3: objective.gamma=3;\n  lr3e-4: train.lr=3e-4\n    train.seed=1;\n")
     assert "error: variant" not in result.stderr, result.stderr
     assert sorted(p.name for p in work.glob("variant_*")) == ["variant_gamma3", "variant_lr3e-4"]
     for name in ("gamma3", "lr3e-4"):
         assert (work / f"variant_{name}" / "warmup_prompts_0").resolve() == (work / "warmup_prompts_0").resolve()
+        assert not (work / f"variant_{name}" / "warmup_prompts_0.log").exists()
