@@ -1,13 +1,14 @@
 """The side-by-side quality comparison over training seeds: several `quality_sharegpt.sh collect` folders
 whose trainings differ in `train.seed` alone.
 
-    python benchmarks/quality_seeds_report.py RUN_A RUN_B [RUN_C ...] --out FOLDER [--ours distill]
+    python benchmarks/quality_seeds_report.py RUN_A RUN_B [RUN_C ...] --out FOLDER [--ours NAME] [--against NAME]
 
 writes `seeds.md` and `seeds.json` into FOLDER: per benchmark, each run's pooled tau of both drafts and their
-paired difference (ours minus the peer's, over the same prompts), the mean difference over the runs, its
+paired difference (ours minus the other's, over the same prompts), the mean difference over the runs, its
 standard deviation across them, and in how many runs ours is ahead. One run's bootstrap interval covers
 the prompts only; the spread across runs is the training seed's, which a lead has to exceed. `--ours NAME`
-sets another draft of the folders against the peer's (default flashdraft).
+sets another draft of the folders (default flashdraft; e.g. distill, or a recipe variant of the variants
+phase) against `--against NAME`'s (default peer; flashdraft for a variant of our own recipe).
 """
 
 from __future__ import annotations
@@ -24,11 +25,11 @@ from flashdraft.files import write_text
 from quality_sharegpt_report import OURS, PEER, benchmark_rows
 
 
-def differing_settings(runs: list[Path], ours: str = OURS) -> list[str]:
+def differing_settings(runs: list[Path], ours: str = OURS, against: str = PEER) -> list[str]:
     """The config keys, other than `train.seed` and the output folder, on which the runs' trainings of one
     draft differ: such runs compare more than seeds."""
     keys = set()
-    for name in (ours, PEER):
+    for name in (ours, against):
         configs = [flatten(yaml.safe_load((run / f"{name}_config.yaml").read_text())) for run in runs]
         for key in set().union(*configs):
             if key not in ("train.seed", "train.output_dir") and len({repr(c.get(key)) for c in configs}) > 1:
@@ -40,9 +41,9 @@ def _report(run: Path, name: str) -> dict:
     return json.loads((run / f"{name}_report.json").read_text())
 
 
-def seed_rows(runs: list[Path], ours: str = OURS) -> list[dict]:
+def seed_rows(runs: list[Path], ours: str = OURS, against: str = PEER) -> list[dict]:
     """Per benchmark (those every run has): each run's taus and paired difference; their mean, spread."""
-    per_run = [{row["benchmark"]: row for row in benchmark_rows(run, ours)} for run in runs]
+    per_run = [{row["benchmark"]: row for row in benchmark_rows(run, ours, against)} for run in runs]
     common = [bench for bench in per_run[0] if all(bench in rows for rows in per_run)]
     reports = [_report(run, ours)["benchmarks"] for run in runs]
     table = []
@@ -55,7 +56,7 @@ def seed_rows(runs: list[Path], ours: str = OURS) -> list[dict]:
         differences = [row["paired"]["difference"] for row in runs_of_bench]
         table.append({
             "benchmark": bench,
-            "runs": [{ours: row[ours]["tau_pooled"], PEER: row[PEER]["tau_pooled"],
+            "runs": [{ours: row[ours]["tau_pooled"], against: row[against]["tau_pooled"],
                       "difference": row["paired"]["difference"],
                       "interval": [row["paired"]["low"], row["paired"]["high"]]} for row in runs_of_bench],
             "mean_difference": statistics.fmean(differences),
@@ -65,14 +66,14 @@ def seed_rows(runs: list[Path], ours: str = OURS) -> list[dict]:
     return table
 
 
-def markdown(runs: list[Path], table: list[dict], ours: str = OURS) -> str:
+def markdown(runs: list[Path], table: list[dict], ours: str = OURS, against: str = PEER) -> str:
     names = [run.name for run in runs]
     lines = [f"Runs (training seed the only difference): {', '.join(names)}.", "",
-             "| benchmark | " + " | ".join(f"{n}: {ours} / peer, difference" for n in names)
+             "| benchmark | " + " | ".join(f"{n}: {ours} / {against}, difference" for n in names)
              + f" | mean difference | sd across runs | runs {ours} ahead |",
              "| --- |" + " ---: |" * (len(names) + 3)]
     for row in table:
-        cells = [f"{r[ours]:.2f} / {r[PEER]:.2f}, {r['difference']:+.3f}" for r in row["runs"]]
+        cells = [f"{r[ours]:.2f} / {r[against]:.2f}, {r['difference']:+.3f}" for r in row["runs"]]
         lines.append(f"| {row['benchmark']} | " + " | ".join(cells)
                      + f" | {row['mean_difference']:+.3f} | {row['sd_across_runs']:.3f} "
                      f"| {row['runs_ahead']} of {len(runs)} |")
@@ -83,29 +84,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", type=Path, nargs="+", help="collect folders, one training seed each")
     parser.add_argument("--out", type=Path, required=True, help="folder for seeds.md and seeds.json")
-    parser.add_argument("--ours", default=OURS, help="the draft set against the peer's (default flashdraft)")
+    parser.add_argument("--ours", default=OURS, help="the draft set against the other (default flashdraft)")
+    parser.add_argument("--against", default=PEER, help="the draft it is compared with (default peer)")
     args = parser.parse_args(argv)
-    if args.ours == PEER:
-        raise SystemExit("error: --ours names the draft compared with the peer's; give another draft than peer")
+    if args.ours == args.against:
+        raise SystemExit(f"error: --ours and --against both name {args.ours}; a draft is compared with another draft")
     if len(args.runs) < 2:
         raise SystemExit("error: give at least two run folders; one run has no spread across seeds")
-    needed = [f"{name}_{part}" for name in (args.ours, PEER) for part in ("report.json", "config.yaml")]
+    needed = [f"{name}_{part}" for name in (args.ours, args.against) for part in ("report.json", "config.yaml")]
     for run in args.runs:
         missing = [name for name in needed if not (run / name).is_file()]
         if missing:
             raise SystemExit(f"error: {run} lacks {', '.join(missing)}; give folders that "
                              "`quality_sharegpt.sh collect WORK OUT` wrote")
-    differing = differing_settings(args.runs, args.ours)
+    differing = differing_settings(args.runs, args.ours, args.against)
     if differing:
         raise SystemExit(f"error: the runs' trainings differ in {', '.join(differing)}, not in the seed alone; "
                          "compare runs of one recipe and data")
-    table = seed_rows(args.runs, args.ours)
-    text = markdown(args.runs, table, args.ours)
+    table = seed_rows(args.runs, args.ours, args.against)
+    text = markdown(args.runs, table, args.ours, args.against)
     args.out.mkdir(parents=True, exist_ok=True)
     write_text(args.out / "seeds.md", text)
-    write_text(args.out / "seeds.json", json.dumps({"runs": [r.name for r in args.runs], "ours": args.ours,
-                                                    "benchmarks": table},
-                                                   indent=1) + "\n")
+    summary = {"runs": [r.name for r in args.runs], "ours": args.ours, "against": args.against, "benchmarks": table}
+    write_text(args.out / "seeds.json", json.dumps(summary, indent=1) + "\n")
     print(text)
     return 0
 

@@ -181,8 +181,12 @@ if (work / "results" / "heldout_tau_by_anchors.json").exists():
     shutil.copy(work / "results" / "heldout_tau_by_anchors.json", out / "heldout_tau_by_anchors.json")
 manifests = sorted(work.glob("warmup_prompts_*/manifest.json"))
 evidence["warmup"] = [json.loads(m.read_text()) for m in manifests]
+# Sessions regenerate the answers; the hashes let a later comparison check it trained on the same ones.
+answers = sorted(work.glob("warmup_prompts_*/train.jsonl")) + [work / "sharegpt_second_turn.jsonl"]
+evidence["answers sha256"] = {str(path.relative_to(work)): hashlib.sha256(path.read_bytes()).hexdigest()
+                              for path in answers}
 (out / "evidence.json").write_text(json.dumps(evidence, indent=1) + "\n")
-print(json.dumps({k: v for k, v in evidence.items() if k != "warmup"}, indent=1))
+print(json.dumps({k: v for k, v in evidence.items() if k not in ("warmup", "answers sha256")}, indent=1))
 EOF
   ;;
 variants)

@@ -78,6 +78,26 @@ def paired_difference(ours: list[dict], peer: list[dict], seed: int = 0) -> dict
             "behind": sum(a["tau"] < b["tau"] for a, b in zip(ours, peer))}
 
 
+def answers_checked(folder: Path, ours: str = OURS, against: str = PEER) -> str:
+    """A line on whether both drafts trained on the same answers (the sha256 that `collect` records; a
+    variant's record is NAME_evidence.json, the run's own evidence.json). Other answers end the report: the
+    difference would mix the recipe's effect with the data's."""
+    records = {}
+    for name in (ours, against):
+        path = folder / f"{name}_evidence.json"
+        path = path if path.is_file() else folder / "evidence.json"
+        records[name] = json.loads(path.read_text()).get("answers sha256") if path.is_file() else None
+    missing = [name for name, record in records.items() if record is None]
+    if missing:
+        return f"Training answers: not recorded for {' and '.join(missing)} (collected before answer hashes were kept)."
+    if records[ours] != records[against]:
+        files = sorted(f for f in records[ours].keys() | records[against].keys()
+                       if records[ours].get(f) != records[against].get(f))
+        raise SystemExit(f"error: {ours} and {against} trained on other answers ({', '.join(files)} differ); "
+                         "train both on one warmup's answers (the variants phase on that run's WORK)")
+    return f"Training answers: the same for both ({len(records[ours])} files, sha256 checked)."
+
+
 def heldout_tau(folder: Path, ours: str = OURS, against: str = PEER) -> dict[str, dict]:
     out = {}
     for name in (ours, against):
@@ -168,8 +188,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"error: {args.folder} lacks {', '.join(missing)}; give the folder that "
                          "`quality_sharegpt.sh collect WORK OUT` wrote")
     settings = json.loads((args.folder / f"{args.ours}_report.json").read_text())["settings"]
+    note = " ".join(filter(None, [args.note, answers_checked(args.folder, args.ours, args.against)]))
     text = markdown(benchmark_rows(args.folder, args.ours, args.against),
-                    heldout_tau(args.folder, args.ours, args.against), settings, args.note, args.ours, args.against)
+                    heldout_tau(args.folder, args.ours, args.against), settings, note, args.ours, args.against)
     suffix = ("" if (args.ours, args.against) == (OURS, PEER)
               else f"_{args.ours}" if args.against == PEER else f"_{args.ours}_vs_{args.against}")
     write_text(args.folder / f"quality{suffix}.md", text)

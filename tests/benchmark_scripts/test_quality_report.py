@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import quality_sharegpt_report  # noqa: E402
 from quality_report_helpers import report  # noqa: E402
 from quality_sharegpt_report import benchmark_rows, paired_difference  # noqa: E402
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "quality_sharegpt.sh"
 
 
 def prompts(steps: list[int], tokens: int = 60) -> list[dict]:
@@ -53,3 +59,40 @@ def test_against_compares_a_variant_with_another_draft_than_the_peer(tmp_path):
 def test_a_draft_against_itself_is_refused(tmp_path):
     with pytest.raises(SystemExit, match="both name flashdraft"):
         quality_sharegpt_report.main([str(tmp_path), "--against", "flashdraft"])
+
+
+def collected(tmp_path: Path, name: str, answers: str) -> Path:
+    """`quality_sharegpt.sh collect` of a WORK folder holding one trained draft and the given answers."""
+    work = tmp_path / f"work_{name}"
+    for path, text in {"results/flashdraft_report.json": json.dumps(report([20, 20])),
+                       "results/flashdraft_heldout_tau.json": "{}", "train_flashdraft/metrics.jsonl": "",
+                       "train_flashdraft/config.yaml": "", "train_flashdraft/export/model.safetensors": "weights",
+                       "train_flashdraft/summary.json": '{"steps": 3}', "warmup_prompts_0/manifest.json": "{}",
+                       "warmup_prompts_0/train.jsonl": answers, "sharegpt_second_turn.jsonl": "{}"}.items():
+        (work / path).parent.mkdir(parents=True, exist_ok=True)
+        (work / path).write_text(text)
+    out = tmp_path / f"out_{name}"
+    subprocess.run(["bash", str(SCRIPT), "collect", str(work), str(out)], env={**os.environ, "DRAFTS": "flashdraft"},
+                   check=True, capture_output=True, timeout=60)
+    return out
+
+
+def test_a_variant_trained_on_other_answers_is_refused(tmp_path):
+    """collect records the answers' sha256; the report compares a variant with our draft only where both
+    trained on the same answers (a session that regenerated other ones would mix data into the recipe's effect)."""
+    base = collected(tmp_path, "base", '{"messages": "an answer"}\n')
+    evidence = json.loads((base / "evidence.json").read_text())
+    assert evidence["answers sha256"] == {
+        "warmup_prompts_0/train.jsonl": hashlib.sha256(b'{"messages": "an answer"}\n').hexdigest(),
+        "sharegpt_second_turn.jsonl": hashlib.sha256(b"{}").hexdigest()}
+    same = collected(tmp_path, "same", '{"messages": "an answer"}\n')
+    shutil.copy(same / "evidence.json", base / "gamma2_evidence.json")
+    assert quality_sharegpt_report.answers_checked(base, "gamma2", "flashdraft") == (
+        "Training answers: the same for both (2 files, sha256 checked).")
+    other = collected(tmp_path, "other", '{"messages": "another answer"}\n')
+    shutil.copy(other / "evidence.json", base / "gamma3_evidence.json")
+    with pytest.raises(SystemExit, match=r"gamma3 and flashdraft trained on other answers "
+                                         r"\(warmup_prompts_0/train.jsonl differ\)"):
+        quality_sharegpt_report.answers_checked(base, "gamma3", "flashdraft")
+    (base / "gamma4_evidence.json").write_text(json.dumps({"flashdraft": {}}))  # collected before the hashes
+    assert "not recorded for gamma4" in quality_sharegpt_report.answers_checked(base, "gamma4", "flashdraft")

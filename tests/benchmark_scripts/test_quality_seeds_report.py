@@ -56,8 +56,28 @@ def test_ours_picks_an_experiments_draft_of_the_same_folders(tmp_path):
     assert quality_seeds_report.main([str(a), str(b), "--out", str(tmp_path / "default")]) == 0
     (row,) = json.loads((tmp_path / "default" / "seeds.json").read_text())["benchmarks"]
     assert [r["difference"] for r in row["runs"]] == pytest.approx([1.0, -0.5])
-    with pytest.raises(SystemExit, match="give another draft than peer"):
+    with pytest.raises(SystemExit, match="both name peer"):
         quality_seeds_report.main([str(a), str(b), "--out", str(tmp_path / "peer"), "--ours", "peer"])
+
+
+def test_against_sets_a_recipe_variant_against_our_own_draft_over_seeds(tmp_path):
+    """The variants phase's drafts (here `distill` standing in for a variant) against flashdraft's draft of
+    the same seed, not the peer's."""
+    a = run(tmp_path / "a", ours=[20, 20], peer=[30, 30], seed=0, distill=[15, 15])  # 4.0 vs ours 3.0
+    b = run(tmp_path / "b", ours=[30, 30], peer=[24, 24], seed=1, distill=[24, 24])  # 2.5 vs ours 2.0
+    out = tmp_path / "out"
+    assert quality_seeds_report.main([str(a), str(b), "--out", str(out), "--ours", "distill",
+                                      "--against", "flashdraft"]) == 0
+    result = json.loads((out / "seeds.json").read_text())
+    (row,) = result["benchmarks"]
+    assert (result["ours"], result["against"]) == ("distill", "flashdraft")
+    assert [r["difference"] for r in row["runs"]] == pytest.approx([1.0, 0.5])
+    assert row["mean_difference"] == pytest.approx(0.75) and row["runs_ahead"] == 2
+    table = (out / "seeds.md").read_text()
+    assert "a: distill / flashdraft, difference" in table
+    assert "| gsm8k | 4.00 / 3.00, +1.000 | 2.50 / 2.00, +0.500 | +0.750 |" in table
+    with pytest.raises(SystemExit, match="both name flashdraft"):
+        quality_seeds_report.main([str(a), str(b), "--out", str(out), "--against", "flashdraft"])
 
 
 def test_runs_that_differ_in_more_than_the_seed_are_refused(tmp_path):
