@@ -1,6 +1,6 @@
 """Which difference between our objective and SpecForge's moves draft quality: a seeded CPU ablation.
 
-    python benchmarks/objective_ablation.py --out DIR [--seeds 3] [--steps 80] [--jobs 2]
+    python benchmarks/objective_ablation.py --out DIR [--seeds 3] [--steps 80] [--jobs 2] [--variants ours,peer]
 
 With one micro-batch a step, the two objectives differ (RESULTS.md section 8) in the padding blocks; until
 ours took the peer's anchor rule (blocks may start up to the answer's last token), also in the anchors,
@@ -12,6 +12,7 @@ alphabet task of the tests, one process and one thread each:
   ours               objective.name=dflash, train.grad_clip=1.0 (the recipe)
   ours_loose_clip    ours with train.grad_clip=2.3: clipping as loose as under the old count normaliser
   peer               objective.name=specforge
+  gamma1 ... gamma8  ours with the slot weights' decay gamma 1, 2, 4 (the paper's rule at B = 8) or 8
 Each export is scored by one measure, our trainer's evaluation on held-out alphabet replies
 (benchmarks/heldout_tau.py): expected tau and drafted-slot accuracy. Writes DIR/ablation.json and
 prints a table (mean and spread over seeds).
@@ -34,7 +35,9 @@ VARIANTS = {
     "ours": {"objective.name": "dflash"},
     "ours_loose_clip": {"objective.name": "dflash", "train.grad_clip": 2.3},
     "peer": {"objective.name": "specforge"},
+    **{f"gamma{g}": {"objective.name": "dflash", "objective.gamma": g} for g in (1, 2, 4, 8)},
 }
+DEFAULT_VARIANTS = ("ours", "ours_loose_clip", "peer")
 
 
 def environment() -> dict:
@@ -68,7 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=80)
     parser.add_argument("--jobs", type=int, default=2, help="runs side by side, one CPU thread each")
+    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
+                        help=f"comma-separated, of {', '.join(VARIANTS)} (default {','.join(DEFAULT_VARIANTS)})")
     args = parser.parse_args(argv)
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown or not variants:
+        raise SystemExit(f"error: --variants {args.variants!r}: unknown {', '.join(unknown) or 'none given'}; "
+                         f"known: {', '.join(VARIANTS)}")
     if args.out.exists() and any(args.out.iterdir()):
         raise SystemExit(f"error: {args.out} is not empty; give a new or empty folder for the runs")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -79,11 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     target = save_tiny_target(args.out / "target", "qwen3")
     data = alphabet_chats(args.out / "train.jsonl", 64)
     heldout = alphabet_chats(args.out / "heldout.jsonl", 32, seed=1)
-    jobs = [(v, s) for s in range(args.seeds) for v in VARIANTS]
+    jobs = [(v, s) for s in range(args.seeds) for v in variants]
     with ThreadPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(lambda job: train_and_score(args.out, target, data, heldout, *job, args.steps), jobs))
     summary = {}
-    for variant in VARIANTS:
+    for variant in variants:
         taus = [r["eval_tau"] for r in rows if r["variant"] == variant]
         accs = [r["eval_accuracy"] for r in rows if r["variant"] == variant]
         summary[variant] = {"eval_tau_mean": statistics.mean(taus), "eval_tau_min": min(taus),
