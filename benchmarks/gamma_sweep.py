@@ -14,20 +14,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 from collections import defaultdict
 from pathlib import Path
 
 import yaml
 
-from flashdraft.config import flatten
 from flashdraft.decoding.plots import save_figure
 from flashdraft.files import write_text
 from flashdraft.objectives.dflash import decay_gamma
+from quality_sharegpt_report import run_settings
 
-IGNORED = ("objective.gamma", "train.seed", "train.output_dir")
-VARIANT_FOLDER = re.compile(r"variant_[A-Za-z0-9._-]+/")  # a variant's WORK links the run's answers
+SWEPT = ("objective.gamma", "train.seed")
 TEACHER = "held-out slot-1 accuracy (teacher-forced)"
 
 
@@ -46,8 +44,7 @@ def drafts(folders: list[Path]) -> list[dict]:
             (teacher,) = json.loads((folder / f"{name}_heldout_tau.json").read_text())["results"].values()
             benchmarks = json.loads(report.read_text())["benchmarks"]
             found.append({"folder": folder.name, "name": name, "gamma": draft_gamma(config),
-                          "settings": {k: VARIANT_FOLDER.sub("", repr(v)) for k, v in flatten(config).items()
-                                       if k not in IGNORED},
+                          "settings": {k: v for k, v in run_settings(config).items() if k not in SWEPT},
                           "tau": {bench: r["speculative"]["tau_pooled"] for bench, r in benchmarks.items()}
                           | {TEACHER: teacher["eval_acc_slot_1"]}})
     if not found:

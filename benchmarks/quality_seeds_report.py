@@ -20,19 +20,18 @@ from pathlib import Path
 
 import yaml
 
-from flashdraft.config import flatten
 from flashdraft.files import write_text
-from quality_sharegpt_report import OURS, PEER, benchmark_rows
+from quality_sharegpt_report import OURS, PEER, benchmark_rows, run_settings
 
 
 def differing_settings(runs: list[Path], ours: str = OURS, against: str = PEER) -> list[str]:
-    """The config keys, other than `train.seed` and the output folder, on which the runs' trainings of one
-    draft differ: such runs compare more than seeds."""
+    """The settings, other than `train.seed`, that shape a run (`run_settings`) and on which the runs'
+    trainings of one draft differ: such runs compare more than seeds."""
     keys = set()
     for name in (ours, against):
-        configs = [flatten(yaml.safe_load((run / f"{name}_config.yaml").read_text())) for run in runs]
+        configs = [run_settings(yaml.safe_load((run / f"{name}_config.yaml").read_text())) for run in runs]
         for key in set().union(*configs):
-            if key not in ("train.seed", "train.output_dir") and len({repr(c.get(key)) for c in configs}) > 1:
+            if key != "train.seed" and len({c.get(key) for c in configs}) > 1:
                 keys.add(key)
     return sorted(keys)
 

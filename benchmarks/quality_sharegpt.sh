@@ -26,7 +26,8 @@
 # flashdraft: specforge==0.2.0 and dflash==0.1.0 (pip install --no-deps). Environment: STEPS (optimizer steps
 # of each draft, default 400), MAX_LENGTH (training length = the answers' limit, default 1024), SHARD_BATCH
 # (prompts a generate call, default 128: 8 processes at 256 ran out of the H200's memory on long ShareGPT
-# prompts), EVAL_NEW_TOKENS (decoded tokens a prompt, default 256; the second-turn benchmark's context answers
+# prompts), CHECKPOINT_EVERY (training steps between checkpoints, default 100: a phase stopped at a machine
+# window's end resumes from the newest one), EVAL_NEW_TOKENS (decoded tokens a prompt, default 256; the second-turn benchmark's context answers
 # get twice that), TEMPERATURE and TOP_P (the answers' sampling, default 0.2 and 0.9), WARMUP_BACKEND (warmup.backend, default auto: graphed on a GPU), DEVICE (evaluation: cuda; cpu for a smoke
 # run), ATTENTION (flex; sdpa on a CPU), DRAFTS (the drafts trained, evaluated and collected, default
 # "flashdraft peer"; add distill for the distillation experiment, benchmarks/distill_objective.py), TRAIN_ARGS
@@ -87,7 +88,7 @@ train)
   for name in $drafts; do
     run python3 -m torch.distributed.run --standalone --nproc-per-node 1 "$here/peer_train.py" "${common[@]}" \
       train.micro_batch_size=32 train.epochs=100 "train.max_steps=${STEPS:-400}" train.eval_every=100 \
-      train.log_every=10 train.checkpoint_every=100000 "objective.name=$(objective_of $name)" \
+      train.log_every=10 "train.checkpoint_every=${CHECKPOINT_EVERY:-100}" "objective.name=$(objective_of $name)" \
       "train.output_dir=$work/train_$name" ${TRAIN_ARGS:-} > "$work/train_$name.log" 2>&1 &
     pids+=($!)
   done
@@ -192,14 +193,15 @@ EOF
 variants)
   # Variants of flashdraft's recipe trained and evaluated side by side on WORK's answers (its warmup), each
   # in a folder of its own that links those answers: VARIANTS="NAME: key=value ...; NAME: key=value ...",
-  # each variant's settings after TRAIN_ARGS (common to all). OUT gets NAME_report.json, NAME_heldout_tau.json,
+  # each variant's settings after TRAIN_ARGS (common to all). Run again with the same settings, the phase
+  # continues the variants where a machine window stopped them. OUT gets NAME_report.json, NAME_heldout_tau.json,
   # NAME_training_curve.jsonl, NAME_config.yaml and NAME_evidence.json a variant; with the baseline's
   # flashdraft_* files in OUT (the run whose answers and seed the variants share), quality_NAME_vs_flashdraft.md.
   data=$2 work=$3 out=$4
   [ -n "${VARIANTS:-}" ] || { echo "error: VARIANTS is empty; give 'NAME: key=value ...; NAME: ...'" >&2; exit 2; }
   ls "$work"/warmup_prompts_*/train.jsonl "$work/target_path" "$work/sharegpt_second_turn.jsonl" > /dev/null ||
     { echo "error: $work lacks the warmup phase's answers; run the warmup phase into it first" >&2; exit 2; }
-  names=() settings=()
+  names=() settings=() records=()
   IFS=";" read -ra specs <<< "${VARIANTS//$'\n'/ }"  # line breaks are blanks
   for spec in "${specs[@]}"; do
     [[ $spec =~ ^[[:space:]]*$ ]] && continue
@@ -216,28 +218,37 @@ variants)
     [ -n "${args//[[:space:]]/}" ] || { echo "error: variant $name changes nothing; give its key=value settings" >&2; exit 2; }
     for seen in "${names[@]}"; do [ "$seen" != "$name" ] ||
       { echo "error: variant $name is given twice" >&2; exit 2; }; done
-    [ ! -e "$work/variant_$name" ] ||
-      { echo "error: $work/variant_$name exists; remove it or name the variant otherwise" >&2; exit 2; }
+    # A variant folder of the same settings is continued (a machine window ended inside it); of others, kept.
+    read -ra words <<< "${TRAIN_ARGS:-} $args STEPS=${STEPS:-400} MAX_LENGTH=$max_length"
+    recorded=$(cat "$work/variant_$name/variant_settings" 2> /dev/null || echo "none recorded")
+    [ ! -e "$work/variant_$name" ] || [ "$recorded" == "${words[*]}" ] ||
+      { echo "error: $work/variant_$name exists with other settings ($recorded; now ${words[*]});" \
+          "remove it or name the variant otherwise" >&2; exit 2; }
     [ -z "$(ls "$out/${name}_"* 2> /dev/null)" ] ||
       { echo "error: $out already holds ${name}_* files; give another OUT or name" >&2; exit 2; }
-    names+=("$name") settings+=("$args")
+    names+=("$name") settings+=("$args") records+=("${words[*]}")
   done
   for i in "${!names[@]}"; do
     vwork=$work/variant_${names[$i]}
+    [ ! -e "$vwork" ] || continue
     mkdir -p "$vwork"
     abs=$(cd "$work" && pwd)
     ln -s "$abs"/warmup_prompts_*/ "$abs"/{target_path,sharegpt_second_turn.jsonl} "$vwork/"  # not the warmup logs
+    echo "${records[$i]}" > "$vwork/variant_settings"
   done
-  each() {  # run one phase for every variant, side by side
-    local pids=() i
-    for i in "${!names[@]}"; do
-      DRAFTS=flashdraft TRAIN_ARGS="${TRAIN_ARGS:-} ${settings[$i]}" bash "$0" "$@" "$work/variant_${names[$i]}" &
-      pids+=($!)
-    done
-    wait_all "${pids[@]}"
-  }
-  each train "$data"
-  each evaluate flashdraft "$data"
+  # The variants side by side, each training then evaluating; what a variant has done is not redone, and
+  # its training resumes from its newest checkpoint.
+  pids=()
+  for i in "${!names[@]}"; do
+    vwork=$work/variant_${names[$i]}
+    (
+      export DRAFTS=flashdraft TRAIN_ARGS="${TRAIN_ARGS:-} ${settings[$i]}"
+      [ -e "$vwork/train_flashdraft/summary.json" ] || bash "$0" train "$data" "$vwork"
+      [ -e "$vwork/results/flashdraft_heldout_tau.json" ] || bash "$0" evaluate flashdraft "$data" "$vwork"
+    ) &
+    pids+=($!)
+  done
+  wait_all "${pids[@]}"
   mkdir -p "$out"
   for name in "${names[@]}"; do
     vwork=$work/variant_$name

@@ -17,14 +17,25 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 from pathlib import Path
 
+from flashdraft.config import flatten
 from flashdraft.decoding.plots import save_figure
 from flashdraft.files import write_text
+from flashdraft.train.trainer import OTHER_STAGES, RESUMABLE_CHANGES
 
 OURS, PEER = "flashdraft", "peer"
+VARIANT_FOLDER = re.compile(r"variant_[A-Za-z0-9._-]+/")  # a variant's WORK links the run's answers
 MIN_ACCEPTED = (1, 2, 3, 4)
 BOOTSTRAP_DRAWS = 4000
+
+
+def run_settings(config: dict) -> dict[str, str]:
+    """A training config's flat settings that shape the run (the trainer's own list of those that do not:
+    folders, cadences, other stages), with a variant's folder dropped from its paths."""
+    return {key: VARIANT_FOLDER.sub("", repr(value)) for key, value in flatten(config).items()
+            if key not in RESUMABLE_CHANGES and key.split(".")[0] not in OTHER_STAGES}
 
 
 def accepting_at_least(histogram: dict[str, int], k: int) -> float:

@@ -19,11 +19,12 @@ CONFIG = {"train": {"seed": 0, "lr": 6e-4, "output_dir": "WORK/train"}, "objecti
 
 
 def run(folder: Path, ours: list[int], peer: list[int], seed: int, tokens: int = 60, lr: float = 6e-4,
-        distill: list[int] | None = None) -> Path:
+        distill: list[int] | None = None, checkpoint_every: int = 100000) -> Path:
     folder.mkdir()
     for name, steps in (("flashdraft", ours), ("peer", peer), *([("distill", distill)] if distill else [])):
         (folder / f"{name}_report.json").write_text(json.dumps(report(steps, tokens)))
-        config = {**CONFIG, "train": {**CONFIG["train"], "seed": seed, "lr": lr, "output_dir": f"WORK/{name}"}}
+        config = {**CONFIG, "train": {**CONFIG["train"], "seed": seed, "lr": lr, "output_dir": f"WORK/{name}",
+                                      "checkpoint_every": checkpoint_every}}
         (folder / f"{name}_config.yaml").write_text(yaml.safe_dump(config))
     return folder
 
@@ -86,6 +87,13 @@ def test_runs_that_differ_in_more_than_the_seed_are_refused(tmp_path):
     with pytest.raises(SystemExit, match=r"differ in train\.lr, not in the seed alone"):
         quality_seeds_report.main([str(a), str(b), "--out", str(tmp_path / "out")])
     assert not (tmp_path / "out").exists()
+
+
+def test_settings_that_do_not_shape_the_run_are_not_differences(tmp_path):
+    """Checkpoint cadence (the trainer's resumable changes) differs between sessions; it changes no weights."""
+    a = run(tmp_path / "a", [20, 20], [30, 30], seed=0)
+    b = run(tmp_path / "b", [30, 30], [24, 24], seed=1, checkpoint_every=100)
+    assert quality_seeds_report.differing_settings([a, b]) == []
 
 
 def test_runs_that_decoded_other_prompts_are_refused(tmp_path):

@@ -22,9 +22,10 @@ def work(tmp_path: Path) -> Path:
     return work
 
 
-def variants(tmp_path: Path, work: Path, spec: str) -> subprocess.CompletedProcess:
+def variants(tmp_path: Path, work: Path, spec: str, **env: str) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k not in ("TRAIN_ARGS", "STEPS", "MAX_LENGTH")}
     return subprocess.run(["bash", str(SCRIPT), "variants", str(tmp_path / "data"), str(work), str(tmp_path / "out")],
-                          env={**os.environ, "VARIANTS": spec}, capture_output=True, text=True, timeout=60)
+                          env={**base, "VARIANTS": spec, **env}, capture_output=True, text=True, timeout=60)
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -46,7 +47,8 @@ def test_a_bad_variant_stops_the_phase_before_any_work(tmp_path, work, spec, mes
 def test_a_variant_folder_or_output_already_there_is_kept(tmp_path, work):
     (work / "variant_gamma2").mkdir()
     result = variants(tmp_path, work, "lr3e-4: train.lr=3e-4; gamma2: objective.gamma=2")
-    assert result.returncode == 2 and f"{work}/variant_gamma2 exists" in result.stderr
+    assert result.returncode == 2 and f"{work}/variant_gamma2 exists with other settings (none recorded; " \
+        "now objective.gamma=2 STEPS=400 MAX_LENGTH=1024)" in result.stderr
     assert [p.name for p in work.glob("variant_*")] == ["variant_gamma2"]
     assert not list((work / "variant_gamma2").iterdir())
     (work / "variant_gamma2").rmdir()
@@ -76,3 +78,43 @@ def test_variants_over_several_lines_are_read_by_name(tmp_path, work):
     for name in ("gamma3", "lr3e-4"):
         assert (work / f"variant_{name}" / "warmup_prompts_0").resolve() == (work / "warmup_prompts_0").resolve()
         assert not (work / f"variant_{name}" / "warmup_prompts_0.log").exists()
+
+
+def started_variant(work: Path, name: str, record: str) -> Path:
+    """A variant folder as the phase makes it before training: the run's answers linked, its settings kept."""
+    folder = work / f"variant_{name}"
+    folder.mkdir()
+    (folder / "variant_settings").write_text(record + "\n")
+    for linked in ("warmup_prompts_0", "target_path", "sharegpt_second_turn.jsonl"):
+        (folder / linked).symlink_to(work / linked)
+    return folder
+
+
+def finished_variant(work: Path, name: str, record: str) -> Path:
+    """A variant folder as the phase leaves it once the variant trained and was evaluated."""
+    folder = started_variant(work, name, record)
+    for path, text in {"results/flashdraft_report.json": "{}",
+                       "results/flashdraft_heldout_tau.json": "{}", "train_flashdraft/metrics.jsonl": "",
+                       "train_flashdraft/config.yaml": "", "train_flashdraft/export/model.safetensors": "weights",
+                       "train_flashdraft/summary.json": '{"steps": 300}'}.items():
+        (folder / path).parent.mkdir(parents=True, exist_ok=True)
+        (folder / path).write_text(text)
+    return folder
+
+
+def test_a_variant_of_the_same_settings_continues_and_what_it_did_is_not_redone(tmp_path, work):
+    """A machine window that ended inside the phase: run again with the same settings, a finished variant is
+    only collected (training it again would fail here on the empty answers), an unfinished one trains on."""
+    finished_variant(work, "gamma2", "train.seed=1 objective.gamma=2 STEPS=300 MAX_LENGTH=1024")
+    result = variants(tmp_path, work, "gamma2: objective.gamma=2", TRAIN_ARGS="train.seed=1", STEPS="300")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "out" / "gamma2_report.json").read_text() == "{}"
+    assert not (work / "variant_gamma2" / "prepare_data.log").exists()
+
+    unfinished = started_variant(work, "gamma3", "train.seed=1 objective.gamma=3 STEPS=300 MAX_LENGTH=1024")
+    result = variants(tmp_path, work, "gamma3: objective.gamma=3", TRAIN_ARGS="train.seed=1", STEPS="300")
+    assert "exists with other settings" not in result.stderr
+    assert (unfinished / "prepare_data.log").exists()  # it trains on (and fails on the empty answers)
+    result = variants(tmp_path, work, "gamma3: objective.gamma=3", TRAIN_ARGS="train.seed=1", STEPS="1200")
+    assert result.returncode == 2 and "exists with other settings (train.seed=1 objective.gamma=3 STEPS=300 " \
+        "MAX_LENGTH=1024; now train.seed=1 objective.gamma=3 STEPS=1200 MAX_LENGTH=1024)" in result.stderr
