@@ -23,7 +23,7 @@ import yaml
 from flashdraft.decoding.plots import save_figure
 from flashdraft.files import write_text
 from flashdraft.objectives.dflash import decay_gamma
-from quality_sharegpt_report import run_settings
+from quality_sharegpt_report import differing_keys, run_settings
 
 SWEPT = ("objective.gamma", "train.seed")
 TEACHER = "held-out slot-1 accuracy (teacher-forced)"
@@ -52,8 +52,7 @@ def drafts(folders: list[Path]) -> list[dict]:
                          "the variants phase (each with the drafts of one training seed)")
     first = found[0]
     for draft in found[1:]:
-        differing = sorted(k for k in first["settings"].keys() | draft["settings"].keys()
-                           if first["settings"].get(k) != draft["settings"].get(k))
+        differing = differing_keys([first["settings"], draft["settings"]])
         if differing:
             raise SystemExit(f"error: {draft['folder']}/{draft['name']} differs from {first['folder']}/"
                              f"{first['name']} in {', '.join(differing)}, not in gamma and the seed alone")

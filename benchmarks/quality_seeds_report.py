@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from flashdraft.files import write_text
-from quality_sharegpt_report import OURS, PEER, benchmark_rows, run_settings
+from quality_sharegpt_report import OURS, PEER, benchmark_rows, differing_keys, run_settings
 
 
 def differing_settings(runs: list[Path], ours: str = OURS, against: str = PEER) -> list[str]:
@@ -29,11 +29,9 @@ def differing_settings(runs: list[Path], ours: str = OURS, against: str = PEER) 
     trainings of one draft differ: such runs compare more than seeds."""
     keys = set()
     for name in (ours, against):
-        configs = [run_settings(yaml.safe_load((run / f"{name}_config.yaml").read_text())) for run in runs]
-        for key in set().union(*configs):
-            if key != "train.seed" and len({c.get(key) for c in configs}) > 1:
-                keys.add(key)
-    return sorted(keys)
+        keys.update(differing_keys([run_settings(yaml.safe_load((run / f"{name}_config.yaml").read_text()))
+                                    for run in runs]))
+    return sorted(keys - {"train.seed"})
 
 
 def _report(run: Path, name: str) -> dict:

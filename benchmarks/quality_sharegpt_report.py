@@ -38,6 +38,11 @@ def run_settings(config: dict) -> dict[str, str]:
             if key not in RESUMABLE_CHANGES and key.split(".")[0] not in OTHER_STAGES}
 
 
+def differing_keys(settings: list[dict[str, str]]) -> list[str]:
+    """The keys whose values are not the same in all of `settings` (`run_settings` dicts)."""
+    return sorted(key for key in set().union(*settings) if len({s.get(key) for s in settings}) > 1)
+
+
 def accepting_at_least(histogram: dict[str, int], k: int) -> float:
     """Share of verify steps that accepted at least k drafted tokens (a step emitting k+1 tokens)."""
     steps = sum(histogram.values())
