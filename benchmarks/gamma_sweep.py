@@ -7,7 +7,8 @@ leaves them (NAME_report.json, NAME_config.yaml, NAME_heldout_tau.json for every
 name). A draft's gamma is its config's `objective.gamma`, or the paper's rule for its block size where
 that is null. Writes `gamma_sweep.md` and `gamma_sweep.json` (per benchmark and gamma: the pooled tau of
 every seed, their mean; the teacher-forced held-out slot-1 accuracy alike) and `gamma_sweep.png` into
-FOLDER. The drafts compared must differ in gamma and the seed alone; other differences are refused.
+FOLDER. The drafts compared must differ in gamma and the seed alone, and where their evidence records
+the answers they trained on, those must be the same; other differences are refused.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import yaml
 from flashdraft.decoding.plots import save_figure
 from flashdraft.files import write_text
 from flashdraft.objectives.dflash import decay_gamma
-from quality_sharegpt_report import differing_keys, run_settings
+from quality_sharegpt_report import answers_checked, answers_record, differing_keys, run_settings
 
 SWEPT = ("objective.gamma", "train.seed")
 TEACHER = "held-out slot-1 accuracy (teacher-forced)"
@@ -44,6 +45,7 @@ def drafts(folders: list[Path]) -> list[dict]:
             (teacher,) = json.loads((folder / f"{name}_heldout_tau.json").read_text())["results"].values()
             benchmarks = json.loads(report.read_text())["benchmarks"]
             found.append({"folder": folder.name, "name": name, "gamma": draft_gamma(config),
+                          "answers": answers_record(folder, name),
                           "settings": {k: v for k, v in run_settings(config).items() if k not in SWEPT},
                           "tau": {bench: r["speculative"]["tau_pooled"] for bench, r in benchmarks.items()}
                           | {TEACHER: teacher["eval_acc_slot_1"]}})
@@ -74,10 +76,10 @@ def sweep(found: list[dict]) -> dict[str, list[dict]]:
             for bench, by_gamma in values.items()}
 
 
-def markdown(table: dict[str, list[dict]]) -> str:
+def markdown(table: dict[str, list[dict]], answers: str) -> str:
     gammas = sorted({row["gamma"] for rows in table.values() for row in rows})
     lines = ["Mean over the seed folders that trained that gamma (their number in brackets); pooled decoding tau, "
-             "and the teacher-forced slot-1 accuracy on the held-out ShareGPT answers.", "",
+             "and the teacher-forced slot-1 accuracy on the held-out ShareGPT answers.", answers, "",
              "| benchmark | " + " | ".join(f"gamma {g:g}" for g in gammas) + " |",
              "| --- |" + " ---: |" * len(gammas)]
     for bench, rows in table.items():
@@ -117,9 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("folders", type=Path, nargs="+", help="seed folders of the variants phase")
     parser.add_argument("--out", type=Path, required=True, help="folder for gamma_sweep.md, .json and .png")
     args = parser.parse_args(argv)
-    table = sweep(drafts(args.folders))
+    found = drafts(args.folders)
+    answers = answers_checked({f"{d['folder']}/{d['name']}": d["answers"] for d in found})
+    table = sweep(found)
     args.out.mkdir(parents=True, exist_ok=True)
-    text = markdown(table)
+    text = markdown(table, answers)
     write_text(args.out / "gamma_sweep.md", text)
     write_text(args.out / "gamma_sweep.json", json.dumps(table, indent=1) + "\n")
     plot(table, args.out / "gamma_sweep.png")

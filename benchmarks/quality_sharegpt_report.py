@@ -94,24 +94,35 @@ def paired_difference(ours: list[dict], peer: list[dict], seed: int = 0) -> dict
             "behind": sum(a["tau"] < b["tau"] for a, b in zip(ours, peer))}
 
 
-def answers_checked(folder: Path, ours: str = OURS, against: str = PEER) -> str:
-    """A line on whether both drafts trained on the same answers (the sha256 that `collect` records; a
-    variant's record is NAME_evidence.json, the run's own evidence.json). Other answers end the report: the
-    difference would mix the recipe's effect with the data's."""
-    records = {}
-    for name in (ours, against):
-        path = folder / f"{name}_evidence.json"
-        path = path if path.is_file() else folder / "evidence.json"
-        records[name] = json.loads(path.read_text()).get("answers sha256") if path.is_file() else None
-    missing = [name for name, record in records.items() if record is None]
+def answers_record(folder: Path, name: str) -> dict[str, str] | None:
+    """The sha256 of the answers a draft trained on, as `collect` records them (a variant's record is
+    NAME_evidence.json, the run's own evidence.json); None where they were collected before it kept them."""
+    path = folder / f"{name}_evidence.json"
+    path = path if path.is_file() else folder / "evidence.json"
+    return json.loads(path.read_text()).get("answers sha256") if path.is_file() else None
+
+
+def answers_checked(records: dict[str, dict[str, str] | None]) -> str:
+    """A line on whether the drafts (label -> `answers_record`) trained on the same answers. Other answers
+    end the comparison: a difference would mix the recipe's effect with the data's."""
+    recorded = {label: record for label, record in records.items() if record is not None}
+    missing = [label for label, record in records.items() if record is None]
+    labels = list(recorded)
+    for label in labels[1:]:
+        first, other = recorded[labels[0]], recorded[label]
+        if other != first:
+            files = sorted(f for f in first.keys() | other.keys() if first.get(f) != other.get(f))
+            raise SystemExit(f"error: {labels[0]} and {label} trained on other answers ({', '.join(files)} differ); "
+                             "train them on one warmup's answers (the variants phase on that run's WORK)")
+    parts = []
+    if len(recorded) > 1:
+        drafts = "both" if len(recorded) == 2 else f"all {len(recorded)}"
+        files = len(recorded[labels[0]])
+        parts.append(f"the same for {drafts} ({files} file{'' if files == 1 else 's'}, sha256 checked)")
     if missing:
-        return f"Training answers: not recorded for {' and '.join(missing)} (collected before answer hashes were kept)."
-    if records[ours] != records[against]:
-        files = sorted(f for f in records[ours].keys() | records[against].keys()
-                       if records[ours].get(f) != records[against].get(f))
-        raise SystemExit(f"error: {ours} and {against} trained on other answers ({', '.join(files)} differ); "
-                         "train both on one warmup's answers (the variants phase on that run's WORK)")
-    return f"Training answers: the same for both ({len(records[ours])} files, sha256 checked)."
+        names = " and ".join(missing) if len(missing) <= 2 else ", ".join(missing)
+        parts.append(f"not recorded for {names} (collected before answer hashes were kept)")
+    return f"Training answers: {'; '.join(parts)}."
 
 
 def heldout_tau(folder: Path, ours: str = OURS, against: str = PEER) -> dict[str, dict]:
@@ -204,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"error: {args.folder} lacks {', '.join(missing)}; give the folder that "
                          "`quality_sharegpt.sh collect WORK OUT` wrote")
     settings = json.loads((args.folder / f"{args.ours}_report.json").read_text())["settings"]
-    note = " ".join(filter(None, [args.note, answers_checked(args.folder, args.ours, args.against)]))
+    records = {name: answers_record(args.folder, name) for name in (args.ours, args.against)}
+    note = " ".join(filter(None, [args.note, answers_checked(records)]))
     text = markdown(benchmark_rows(args.folder, args.ours, args.against),
                     heldout_tau(args.folder, args.ours, args.against), settings, note, args.ours, args.against)
     suffix = ("" if (args.ours, args.against) == (OURS, PEER)

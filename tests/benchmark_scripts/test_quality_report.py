@@ -77,6 +77,11 @@ def collected(tmp_path: Path, name: str, answers: str) -> Path:
     return out
 
 
+def checked(folder: Path, variant: str) -> str:
+    return quality_sharegpt_report.answers_checked(
+        {name: quality_sharegpt_report.answers_record(folder, name) for name in (variant, "flashdraft")})
+
+
 def test_a_variant_trained_on_other_answers_is_refused(tmp_path):
     """collect records the answers' sha256; the report compares a variant with our draft only where both
     trained on the same answers (a session that regenerated other ones would mix data into the recipe's effect)."""
@@ -87,12 +92,12 @@ def test_a_variant_trained_on_other_answers_is_refused(tmp_path):
         "sharegpt_second_turn.jsonl": hashlib.sha256(b"{}").hexdigest()}
     same = collected(tmp_path, "same", '{"messages": "an answer"}\n')
     shutil.copy(same / "evidence.json", base / "gamma2_evidence.json")
-    assert quality_sharegpt_report.answers_checked(base, "gamma2", "flashdraft") == (
+    assert checked(base, "gamma2") == (
         "Training answers: the same for both (2 files, sha256 checked).")
     other = collected(tmp_path, "other", '{"messages": "another answer"}\n')
     shutil.copy(other / "evidence.json", base / "gamma3_evidence.json")
     with pytest.raises(SystemExit, match=r"gamma3 and flashdraft trained on other answers "
                                          r"\(warmup_prompts_0/train.jsonl differ\)"):
-        quality_sharegpt_report.answers_checked(base, "gamma3", "flashdraft")
+        checked(base, "gamma3")
     (base / "gamma4_evidence.json").write_text(json.dumps({"flashdraft": {}}))  # collected before the hashes
-    assert "not recorded for gamma4" in quality_sharegpt_report.answers_checked(base, "gamma4", "flashdraft")
+    assert "not recorded for gamma4" in checked(base, "gamma4")
