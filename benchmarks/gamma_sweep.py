@@ -41,6 +41,11 @@ def drafts(folders: list[Path]) -> list[dict]:
     for folder in folders:
         for report in sorted(folder.glob("*_report.json")):
             name = report.name.removesuffix("_report.json")
+            missing = [f"{name}_{part}" for part in ("config.yaml", "heldout_tau.json")
+                       if not (folder / f"{name}_{part}").is_file()]
+            if missing:
+                raise SystemExit(f"error: {folder} has {report.name} but lacks {', '.join(missing)}; give the "
+                                 "folders of the variants phase, which writes all three for every draft")
             config = yaml.safe_load((folder / f"{name}_config.yaml").read_text())
             (teacher,) = json.loads((folder / f"{name}_heldout_tau.json").read_text())["results"].values()
             benchmarks = json.loads(report.read_text())["benchmarks"]

@@ -65,6 +65,15 @@ def test_two_drafts_of_one_gamma_in_a_seed_folder_are_refused(tmp_path):
         gamma_sweep.main([str(a), "--out", str(tmp_path / "out")])
 
 
+def test_a_draft_without_its_config_or_teacher_forced_tau_is_refused(tmp_path):
+    a = tmp_path / "seed0"
+    draft(a, "flashdraft", [30, 30], None, seed=0)
+    (a / "flashdraft_heldout_tau.json").unlink()
+    with pytest.raises(SystemExit, match=r"has flashdraft_report.json but lacks flashdraft_heldout_tau.json"):
+        gamma_sweep.main([str(a), "--out", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
+
+
 def test_folders_without_reports_are_refused(tmp_path):
     with pytest.raises(SystemExit, match="no NAME_report.json"):
         gamma_sweep.main([str(tmp_path), "--out", str(tmp_path / "out")])
