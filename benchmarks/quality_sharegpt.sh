@@ -32,7 +32,9 @@
 # run), ATTENTION (flex; sdpa on a CPU), DRAFTS (the drafts trained, evaluated and collected, default
 # "flashdraft peer"; add distill for the distillation experiment, benchmarks/distill_objective.py), TRAIN_ARGS
 # (extra key=value settings of both trainings, e.g. for a small smoke run: "data.eval_samples=2
-# train.micro_batch_size=2"), EVAL_PROMPTS (the first N prompts of each benchmark, default all 32).
+# train.micro_batch_size=2"), EVAL_PROMPTS (the first N prompts of each benchmark, default all 32), EVALUATE
+# (the variants phase: 0 trains and collects without decoding, to compare the drafts by the trainer's held-out
+# curves with gamma_curves.py, which order drafts as decoding does (RESULTS.md section 8); default 1).
 set -euo pipefail
 phase=${1:-}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -162,22 +164,32 @@ EOF
   ;;
 collect)
   work=$2 out=$3
-  mkdir -p "$out"
   python3 - "$work" "$out" $drafts <<'EOF'
 import hashlib, json, shutil, sys
 from pathlib import Path
 
 work, out, drafts = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:]
+unfinished = [name for name in drafts if not (work / f"train_{name}" / "summary.json").is_file()]
+if unfinished:  # checked before anything is written: OUT gets every draft or none
+    sys.exit(f"error: {', '.join(f'train_{name}' for name in unfinished)} in {work} has not finished training "
+             "(no summary.json); run the train phase again to continue it from its newest checkpoint")
+out.mkdir(parents=True, exist_ok=True)
 evidence = {}
 for name in drafts:
-    shutil.copy(work / "results" / f"{name}_report.json", out / f"{name}_report.json")
-    shutil.copy(work / "results" / f"{name}_heldout_tau.json", out / f"{name}_heldout_tau.json")
+    # A draft whose decoding evaluation has not run (EVALUATE=0, or a machine window that ended in it) is
+    # collected without it: its held-out curve still compares it (gamma_curves.py).
+    evaluated = all((work / "results" / f"{name}_{part}").is_file() for part in ("report.json", "heldout_tau.json"))
+    if evaluated:
+        shutil.copy(work / "results" / f"{name}_report.json", out / f"{name}_report.json")
+        shutil.copy(work / "results" / f"{name}_heldout_tau.json", out / f"{name}_heldout_tau.json")
+    else:
+        print(f"note: {name} has no decoding evaluation in {work}/results; collected without it", file=sys.stderr)
     run = work / f"train_{name}"
     shutil.copy(run / "metrics.jsonl", out / f"{name}_training_curve.jsonl")
     shutil.copy(run / "config.yaml", out / f"{name}_config.yaml")
     weights = (run / "export" / "model.safetensors").read_bytes()
     evidence[name] = {"model.safetensors sha256": hashlib.sha256(weights).hexdigest(),
-                      "steps": json.loads((run / "summary.json").read_text())["steps"]}
+                      "steps": json.loads((run / "summary.json").read_text())["steps"], "evaluated": evaluated}
 if (work / "results" / "heldout_tau_by_anchors.json").exists():
     shutil.copy(work / "results" / "heldout_tau_by_anchors.json", out / "heldout_tau_by_anchors.json")
 manifests = sorted(work.glob("warmup_prompts_*/manifest.json"))
@@ -194,11 +206,14 @@ variants)
   # Variants of flashdraft's recipe trained and evaluated side by side on WORK's answers (its warmup), each
   # in a folder of its own that links those answers: VARIANTS="NAME: key=value ...; NAME: key=value ...",
   # each variant's settings after TRAIN_ARGS (common to all). Run again with the same settings, the phase
-  # continues the variants where a machine window stopped them. OUT gets NAME_report.json, NAME_heldout_tau.json,
-  # NAME_training_curve.jsonl, NAME_config.yaml and NAME_evidence.json a variant; with the baseline's
+  # continues the variants where a machine window stopped them. OUT gets NAME_training_curve.jsonl,
+  # NAME_config.yaml, NAME_evidence.json and, where decoded (not with EVALUATE=0), NAME_report.json and
+  # NAME_heldout_tau.json a variant; with the baseline's
   # flashdraft_* files in OUT (the run whose answers and seed the variants share), quality_NAME_vs_flashdraft.md.
   data=$2 work=$3 out=$4
   [ -n "${VARIANTS:-}" ] || { echo "error: VARIANTS is empty; give 'NAME: key=value ...; NAME: ...'" >&2; exit 2; }
+  case ${EVALUATE:-1} in 0|1) ;; *)
+    echo "error: EVALUATE=$EVALUATE; give 1 (train, then decode: the default) or 0 (train only)" >&2; exit 2 ;; esac
   ls "$work"/warmup_prompts_*/train.jsonl "$work/target_path" "$work/sharegpt_second_turn.jsonl" > /dev/null ||
     { echo "error: $work lacks the warmup phase's answers; run the warmup phase into it first" >&2; exit 2; }
   names=() settings=() records=()
@@ -244,7 +259,8 @@ variants)
     (
       export DRAFTS=flashdraft TRAIN_ARGS="${TRAIN_ARGS:-} ${settings[$i]}"
       [ -e "$vwork/train_flashdraft/summary.json" ] || bash "$0" train "$data" "$vwork"
-      [ -e "$vwork/results/flashdraft_heldout_tau.json" ] || bash "$0" evaluate flashdraft "$data" "$vwork"
+      [ "${EVALUATE:-1}" == 0 ] || [ -e "$vwork/results/flashdraft_heldout_tau.json" ] ||
+        bash "$0" evaluate flashdraft "$data" "$vwork"
     ) &
     pids+=($!)
   done
@@ -254,13 +270,14 @@ variants)
     vwork=$work/variant_$name
     DRAFTS=flashdraft bash "$0" collect "$vwork" "$vwork/evidence" > /dev/null
     for file in report.json heldout_tau.json training_curve.jsonl config.yaml; do
-      cp "$vwork/evidence/flashdraft_$file" "$out/${name}_$file"
+      [ ! -e "$vwork/evidence/flashdraft_$file" ] || cp "$vwork/evidence/flashdraft_$file" "$out/${name}_$file"
     done
     cp "$vwork/evidence/evidence.json" "$out/${name}_evidence.json"
   done
   if [ -e "$out/flashdraft_report.json" ]; then
     for name in "${names[@]}"; do
-      run python3 "$here/quality_sharegpt_report.py" "$out" --ours "$name" --against flashdraft
+      [ ! -e "$out/${name}_report.json" ] ||
+        run python3 "$here/quality_sharegpt_report.py" "$out" --ours "$name" --against flashdraft
     done
   else
     echo "no flashdraft_* files in $out: copy the baseline run's there and run" \

@@ -3,6 +3,8 @@ the phase with a message that names it, leaving WORK and OUT as they were."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -118,3 +120,38 @@ def test_a_variant_of_the_same_settings_continues_and_what_it_did_is_not_redone(
     result = variants(tmp_path, work, "gamma3: objective.gamma=3", TRAIN_ARGS="train.seed=1", STEPS="1200")
     assert result.returncode == 2 and "exists with other settings (train.seed=1 objective.gamma=3 STEPS=300 " \
         "MAX_LENGTH=1024; now train.seed=1 objective.gamma=3 STEPS=1200 MAX_LENGTH=1024)" in result.stderr
+
+
+def test_evaluate_0_collects_trained_variants_without_decoding_them(tmp_path, work):
+    """EVALUATE=0: a trained variant is collected with its curve, config and evidence but no decoding
+    (evaluating it would fail here on the empty target path); its evidence says it was not evaluated."""
+    folder = finished_variant(work, "gamma4", "train.seed=0 objective.gamma=4 STEPS=300 MAX_LENGTH=1024")
+    for evaluation in ("flashdraft_report.json", "flashdraft_heldout_tau.json"):
+        (folder / "results" / evaluation).unlink()
+    result = variants(tmp_path, work, "gamma4: objective.gamma=4", TRAIN_ARGS="train.seed=0", STEPS="300",
+                      EVALUATE="0")
+    assert result.returncode == 0, result.stderr
+    assert "note: flashdraft has no decoding evaluation" in result.stderr
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["gamma4_config.yaml", "gamma4_evidence.json",
+                                                     "gamma4_training_curve.jsonl"]
+    assert json.loads((out / "gamma4_evidence.json").read_text())["flashdraft"] == {
+        "model.safetensors sha256": hashlib.sha256(b"weights").hexdigest(), "steps": 300, "evaluated": False}
+    assert not (folder / "results" / "flashdraft.log").exists()  # no decoding was started
+
+
+def test_evaluate_other_than_0_or_1_is_refused(tmp_path, work):
+    result = variants(tmp_path, work, "gamma4: objective.gamma=4", EVALUATE="no")
+    assert result.returncode == 2 and "EVALUATE=no; give 1" in result.stderr
+    assert not list(work.glob("variant_*")) and not (tmp_path / "out").exists()
+
+
+def test_collect_refuses_an_unfinished_training_and_writes_nothing(tmp_path, work):
+    finished_variant(work, "gamma2", "train.seed=0 objective.gamma=2 STEPS=300 MAX_LENGTH=1024")
+    (work / "variant_gamma2" / "train_flashdraft" / "summary.json").unlink()
+    out = tmp_path / "collected"
+    result = subprocess.run(["bash", str(SCRIPT), "collect", str(work / "variant_gamma2"), str(out)],
+                            env={**os.environ, "DRAFTS": "flashdraft"}, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and "train_flashdraft in" in result.stderr
+    assert "has not finished training (no summary.json); run the train phase again" in result.stderr
+    assert not out.exists()
