@@ -27,8 +27,8 @@ import yaml
 
 from flashdraft.decoding.plots import save_figure
 from flashdraft.files import write_text
-from gamma_sweep import SWEPT, draft_gamma
-from quality_sharegpt_report import answers_checked, answers_record, differing_keys, run_settings
+from gamma_sweep import SWEPT, comparable, draft_gamma
+from quality_sharegpt_report import answers_checked, answers_record, run_settings
 
 
 def held_out_rows(path: Path) -> list[dict]:
@@ -62,23 +62,14 @@ def drafts(folders: list[Path]) -> list[dict]:
     if not found:
         raise SystemExit(f"error: no NAME_training_curve.jsonl in {', '.join(map(str, folders))}; give the "
                          "folders of the variants phase (each with the drafts of one training seed)")
+    comparable(found)
     first = found[0]
     for draft in found[1:]:
-        differing = differing_keys([first["settings"], draft["settings"]])
-        if differing:
-            raise SystemExit(f"error: {draft['folder']}/{draft['name']} differs from {first['folder']}/"
-                             f"{first['name']} in {', '.join(differing)}, not in gamma and the seed alone")
         steps, first_steps = [r["step"] for r in draft["rows"]], [r["step"] for r in first["rows"]]
         if steps != first_steps:
             raise SystemExit(f"error: {draft['folder']}/{draft['name']} evaluated at steps {steps}, "
                              f"{first['folder']}/{first['name']} at {first_steps}; compare drafts evaluated "
                              "at the same steps (the same train.eval_every and train.max_steps)")
-    seen = set()
-    for draft in found:
-        if (draft["folder"], draft["gamma"]) in seen:
-            raise SystemExit(f"error: {draft['folder']} holds two drafts of gamma {draft['gamma']:g}; "
-                             "keep one a seed folder")
-        seen.add((draft["folder"], draft["gamma"]))
     return found
 
 

@@ -57,13 +57,25 @@ def drafts(folders: list[Path]) -> list[dict]:
     if not found:
         raise SystemExit(f"error: no NAME_report.json in {', '.join(map(str, folders))}; give the folders of "
                          "the variants phase (each with the drafts of one training seed)")
+    comparable(found)
+    return found
+
+
+def comparable(found: list[dict]) -> None:
+    """Refuse drafts (each with folder, name, gamma and the settings apart from SWEPT) that differ in more than
+    gamma and the seed, or two of one gamma in a seed folder."""
     first = found[0]
     for draft in found[1:]:
         differing = differing_keys([first["settings"], draft["settings"]])
         if differing:
             raise SystemExit(f"error: {draft['folder']}/{draft['name']} differs from {first['folder']}/"
                              f"{first['name']} in {', '.join(differing)}, not in gamma and the seed alone")
-    return found
+    seen = set()
+    for draft in found:
+        if (draft["folder"], draft["gamma"]) in seen:
+            raise SystemExit(f"error: {draft['folder']} holds two drafts of gamma {draft['gamma']:g}; "
+                             "keep one a seed folder")
+        seen.add((draft["folder"], draft["gamma"]))
 
 
 def sweep(found: list[dict]) -> dict[str, list[dict]]:
@@ -71,11 +83,7 @@ def sweep(found: list[dict]) -> dict[str, list[dict]]:
     values: dict[str, dict[float, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
     for draft in found:
         for bench, value in draft["tau"].items():
-            seeds = values[bench][draft["gamma"]]
-            if draft["folder"] in seeds:
-                raise SystemExit(f"error: {draft['folder']} holds two drafts of gamma {draft['gamma']:g}; "
-                                 "keep one a seed folder")
-            seeds[draft["folder"]] = value
+            values[bench][draft["gamma"]][draft["folder"]] = value
     return {bench: [{"gamma": gamma, "seeds": seeds, "mean": statistics.fmean(seeds.values())}
                     for gamma, seeds in sorted(by_gamma.items())]
             for bench, by_gamma in values.items()}
