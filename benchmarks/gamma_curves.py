@@ -7,9 +7,9 @@ them: NAME_training_curve.jsonl and NAME_config.yaml for every draft (NAME_repor
 evaluation ran). The trainer's held-out evaluation (`train.eval_every`) logs the expected acceptance length
 under teacher forcing (`eval_tau`) on the samples prepare-data kept back; this script tables it by step and
 gamma, mean over the folders, so a run whose decoding evaluation did not happen still says which gamma trains
-the better draft, and how that changes with the steps. Where every draft of a folder has a decoding report,
-it also counts how often the final `eval_tau` orders two drafts as their pooled decoding tau does, per
-benchmark: the evidence that the teacher-forced order stands for the decoding one. Writes gamma_curves.md,
+the better draft, and how that changes with the steps. Over the pairs of drafts of one folder that both have
+a decoding report, it also counts how often the final `eval_tau` orders the two as their pooled decoding tau
+does, per benchmark: the evidence that the teacher-forced order stands for the decoding one. Writes gamma_curves.md,
 gamma_curves.json and gamma_curves.png into OUT. As in gamma_sweep.py, the drafts must differ in gamma and
 the seed alone and, where their evidence records them, have trained on the same answers.
 """

@@ -171,7 +171,7 @@ from pathlib import Path
 work, out, drafts = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:]
 unfinished = [name for name in drafts if not (work / f"train_{name}" / "summary.json").is_file()]
 if unfinished:  # checked before anything is written: OUT gets every draft or none
-    sys.exit(f"error: {', '.join(f'train_{name}' for name in unfinished)} in {work} has not finished training "
+    sys.exit(f"error: {', '.join(f'train_{name}' for name in unfinished)} in {work} did not finish training "
              "(no summary.json); run the train phase again to continue it from its newest checkpoint")
 out.mkdir(parents=True, exist_ok=True)
 evidence = {}

@@ -153,5 +153,5 @@ def test_collect_refuses_an_unfinished_training_and_writes_nothing(tmp_path, wor
     result = subprocess.run(["bash", str(SCRIPT), "collect", str(work / "variant_gamma2"), str(out)],
                             env={**os.environ, "DRAFTS": "flashdraft"}, capture_output=True, text=True, timeout=60)
     assert result.returncode != 0 and "train_flashdraft in" in result.stderr
-    assert "has not finished training (no summary.json); run the train phase again" in result.stderr
+    assert "did not finish training (no summary.json); run the train phase again" in result.stderr
     assert not out.exists()
