@@ -10,6 +10,7 @@
 #   benchmarks/quality_sharegpt.sh train DATA WORK               # our objective and SpecForge's, side by side
 #   benchmarks/quality_sharegpt.sh evaluate flashdraft DATA WORK # decoding + teacher-forced tau
 #   benchmarks/quality_sharegpt.sh evaluate peer DATA WORK
+#   SPEED_DTYPE=bfloat16 benchmarks/quality_sharegpt.sh speed flashdraft DATA WORK  # the speedup a server sees
 #   benchmarks/quality_sharegpt.sh anchors DATA WORK             # teacher-forced tau at the answers' ends
 #   benchmarks/quality_sharegpt.sh collect WORK OUT              # the evidence folder
 #   benchmarks/quality_sharegpt.sh all GGUF DATA WORK OUT        # everything in order
@@ -34,18 +35,36 @@
 # (extra key=value settings of both trainings, e.g. for a small smoke run: "data.eval_samples=2
 # train.micro_batch_size=2"), EVAL_PROMPTS (the first N prompts of each benchmark, default all 32), EVALUATE
 # (the variants phase: 0 trains and collects without decoding, to compare the drafts by the trainer's held-out
-# curves with gamma_curves.py, which order drafts as decoding does (RESULTS.md section 8); default 1).
+# curves with gamma_curves.py, which order drafts as decoding does (RESULTS.md section 8); default 1),
+# SPEED_DTYPE (bfloat16 or float16: the evaluate phase then decodes once more at that dtype, the one a
+# server runs, for the speedup: a float32 verify of 16 rows runs a GEMM where the plain step's one row runs
+# a GEMV, so on SmolLM2 a float32 draft + verify step costs 2.9x a plain one against 1.5-1.8x in bf16,
+# RESULTS.md sections 7 and 8; its report, NAME_report_DTYPE.json, counts sequences equal to plain
+# decoding at that dtype, where the two steps round differently, so losslessness is the float32 report's;
+# default none).
 set -euo pipefail
 phase=${1:-}
 here=$(cd "$(dirname "$0")" && pwd)
 run() { echo "+ $*" >&2; "$@"; }
 flashdraft() { python3 -m flashdraft.cli "$@"; }
 wait_all() { local rc=0 pid; for pid in "$@"; do wait "$pid" || rc=$?; done; return $rc; }
+# One draft decoded on the five benchmarks at one dtype (greedy): decode NAME DATA WORK DTYPE REPORT
+decode() {
+  run flashdraft evaluate --draft "$3/train_$1/export" --target "$(cat "$3/target_path")" \
+    --max-new-tokens "${EVAL_NEW_TOKENS:-256}" --device "${DEVICE:-cuda}" --dtype "$4" --no-prompt-lookup \
+    ${EVAL_PROMPTS:+--num-prompts "$EVAL_PROMPTS"} --output "$5" \
+    --bench "$2/gsm8k.jsonl" "$2/humaneval.jsonl" "$2/chat.jsonl" "$2/sharegpt_first_turn.jsonl" \
+    "$3/sharegpt_second_turn.jsonl"
+}
 max_length=${MAX_LENGTH:-1024}
 objective_of() { case $1 in flashdraft) echo dflash ;; peer) echo specforge ;; distill) echo distill ;;
   *) echo "error: unknown draft $1 (DRAFTS or the evaluate phase); known: flashdraft peer distill" >&2; exit 2 ;; esac; }
 drafts=${DRAFTS:-flashdraft peer}
 for name in $drafts; do objective_of "$name" > /dev/null; done  # an unknown name fails before any work
+speed_dtype=${SPEED_DTYPE:-}
+case $speed_dtype in ""|bfloat16|float16) ;; *)
+  echo "error: SPEED_DTYPE=$speed_dtype; give bfloat16 or float16 (the speed pass's dtype), or leave it unset" >&2
+  exit 2 ;; esac
 
 case $phase in
 warmup)
@@ -99,22 +118,29 @@ train)
 evaluate)
   name=$2 data=$3 work=$4
   objective_of "$name" > /dev/null
-  target=$(cat "$work/target_path") draft="$work/train_$name/export"
   mkdir -p "$work/results"
   # float32, greedy: the lossless check is exact only there (in bf16 a 16-token verify and a 1-token
   # step round differently, and near-ties flip: RESULTS.md section 8). A 135M target is launch-bound, so
   # float32 costs it little time. No prompt-lookup baseline: it decodes eagerly at ~50 tokens/s (RESULTS.md
   # section 4), about ten minutes an evaluation, and the issue's goals are absolute taus.
-  run flashdraft evaluate --draft "$draft" --target "$target" --max-new-tokens "${EVAL_NEW_TOKENS:-256}" \
-    --device "${DEVICE:-cuda}" --dtype float32 --no-prompt-lookup ${EVAL_PROMPTS:+--num-prompts "$EVAL_PROMPTS"} \
-    --bench "$data/gsm8k.jsonl" "$data/humaneval.jsonl" "$data/chat.jsonl" "$data/sharegpt_first_turn.jsonl" \
-    "$work/sharegpt_second_turn.jsonl" --output "$work/results/${name}_report.json" > "$work/results/$name.log" 2>&1
+  decode "$name" "$data" "$work" float32 "$work/results/${name}_report.json" > "$work/results/$name.log" 2>&1
   # Teacher-forced expected tau of the same draft on the target's own answers to held-out ShareGPT
   # conversations: the number training optimises, beside the tau that decoding reaches.
-  run python3 "$here/heldout_tau.py" --config smollm2_135m --draft "$draft" \
+  run python3 "$here/heldout_tau.py" --config smollm2_135m --draft "$work/train_$name/export" \
     --eval "sharegpt_heldout=$work/sharegpt_second_turn.jsonl" --out "$work/results/${name}_heldout_tau.json" \
-    -- "target.name_or_path=$target" target.dtype=bfloat16 "data.max_length=$max_length" \
+    -- "target.name_or_path=$(cat "$work/target_path")" target.dtype=bfloat16 "data.max_length=$max_length" \
     objective.num_anchors=64 "objective.attention=${ATTENTION:-flex}" >> "$work/results/$name.log" 2>&1
+  [ -z "$speed_dtype" ] || bash "$0" speed "$name" "$data" "$work"
+  ;;
+speed)
+  name=$2 data=$3 work=$4
+  objective_of "$name" > /dev/null
+  [ -n "$speed_dtype" ] || { echo "error: the speed phase needs SPEED_DTYPE (bfloat16 or float16)" >&2; exit 2; }
+  mkdir -p "$work/results"
+  # The float32 evaluation's prompts and settings at the serving dtype: flash attention, and a verify
+  # whose matmuls cost about what the plain step's do.
+  decode "$name" "$data" "$work" "$speed_dtype" "$work/results/${name}_report_$speed_dtype.json" \
+    > "$work/results/${name}_$speed_dtype.log" 2>&1
   ;;
 anchors)
   data=$2 work=$3
@@ -184,6 +210,8 @@ for name in drafts:
         shutil.copy(work / "results" / f"{name}_heldout_tau.json", out / f"{name}_heldout_tau.json")
     else:
         print(f"note: {name} has no decoding evaluation in {work}/results; collected without it", file=sys.stderr)
+    for speed in sorted((work / "results").glob(f"{name}_report_*.json")):  # the speed phase's, per dtype
+        shutil.copy(speed, out / speed.name)
     run = work / f"train_{name}"
     shutil.copy(run / "metrics.jsonl", out / f"{name}_training_curve.jsonl")
     shutil.copy(run / "config.yaml", out / f"{name}_config.yaml")
@@ -207,8 +235,8 @@ variants)
   # in a folder of its own that links those answers: VARIANTS="NAME: key=value ...; NAME: key=value ...",
   # each variant's settings after TRAIN_ARGS (common to all). Run again with the same settings, the phase
   # continues the variants where a machine window stopped them. OUT gets NAME_training_curve.jsonl,
-  # NAME_config.yaml, NAME_evidence.json and, where decoded (not with EVALUATE=0), NAME_report.json and
-  # NAME_heldout_tau.json a variant; with the baseline's
+  # NAME_config.yaml, NAME_evidence.json and, where decoded (not with EVALUATE=0), NAME_report.json,
+  # NAME_heldout_tau.json and with SPEED_DTYPE NAME_report_DTYPE.json a variant; with the baseline's
   # flashdraft_* files in OUT (the run whose answers and seed the variants share), quality_NAME_vs_flashdraft.md.
   data=$2 work=$3 out=$4
   [ -n "${VARIANTS:-}" ] || { echo "error: VARIANTS is empty; give 'NAME: key=value ...; NAME: ...'" >&2; exit 2; }
@@ -261,6 +289,8 @@ variants)
       [ -e "$vwork/train_flashdraft/summary.json" ] || bash "$0" train "$data" "$vwork"
       [ "${EVALUATE:-1}" == 0 ] || [ -e "$vwork/results/flashdraft_heldout_tau.json" ] ||
         bash "$0" evaluate flashdraft "$data" "$vwork"
+      [ "${EVALUATE:-1}" == 0 ] || [ -z "$speed_dtype" ] ||
+        [ -e "$vwork/results/flashdraft_report_$speed_dtype.json" ] || bash "$0" speed flashdraft "$data" "$vwork"
     ) &
     pids+=($!)
   done
@@ -269,8 +299,8 @@ variants)
   for name in "${names[@]}"; do
     vwork=$work/variant_$name
     DRAFTS=flashdraft bash "$0" collect "$vwork" "$vwork/evidence" > /dev/null
-    for file in report.json heldout_tau.json training_curve.jsonl config.yaml; do
-      [ ! -e "$vwork/evidence/flashdraft_$file" ] || cp "$vwork/evidence/flashdraft_$file" "$out/${name}_$file"
+    for file in "$vwork"/evidence/flashdraft_*; do
+      cp "$file" "$out/${name}_${file##*/flashdraft_}"
     done
     cp "$vwork/evidence/evidence.json" "$out/${name}_evidence.json"
   done
@@ -293,7 +323,8 @@ all)
   bash "$0" collect "$work" "$out"
   ;;
 *)
-  echo "usage: $0 warmup GGUF DATA WORK | train DATA WORK | evaluate flashdraft|peer DATA WORK | anchors DATA WORK" \
+  echo "usage: $0 warmup GGUF DATA WORK | train DATA WORK | evaluate flashdraft|peer DATA WORK" \
+       "| speed flashdraft|peer DATA WORK | anchors DATA WORK" \
        "| collect WORK OUT | variants DATA WORK OUT | all GGUF DATA WORK OUT" >&2
   exit 2
   ;;

@@ -4,7 +4,8 @@
 
 writes `quality.md` (per benchmark, both drafts: decoding tau, share of verify steps accepting at least k
 drafted tokens, speedup, plain ms a token, lossless fraction; the difference of pooled tau paired by prompt,
-with a bootstrap interval over the prompts; the teacher-forced expected tau beside it)
+with a bootstrap interval over the prompts; the teacher-forced expected tau beside it; where the speed
+phase decoded both drafts at a serving dtype, their tau, speedup and step times there)
 and `training_curves.png` (drafted-slot accuracy, train and held out: the one curve both objectives log
 on the same scale, as their losses are normalised differently) into the same folder. `--ours NAME` sets
 the draft set against the peer's (default flashdraft; an experiment's draft, e.g. distill, writes
@@ -29,6 +30,7 @@ OURS, PEER = "flashdraft", "peer"
 VARIANT_FOLDER = re.compile(r"variant_[A-Za-z0-9._-]+/")  # a variant's WORK links the run's answers
 MIN_ACCEPTED = (1, 2, 3, 4)
 BOOTSTRAP_DRAWS = 4000
+SPEED_DTYPES = ("bfloat16", "float16")  # the speed phase's (quality_sharegpt.sh SPEED_DTYPE)
 
 
 def run_settings(config: dict) -> dict[str, str]:
@@ -49,26 +51,56 @@ def accepting_at_least(histogram: dict[str, int], k: int) -> float:
     return sum(n for length, n in histogram.items() if int(length) >= k + 1) / steps
 
 
+def draft_numbers(result: dict) -> dict:
+    """One draft's numbers on one benchmark of an evaluate report."""
+    spec = result["speculative"]
+    return {"tau_pooled": spec["tau_pooled"], "tau_per_request": spec["tau_mean_of_requests"],
+            "accepting": [accepting_at_least(spec["accept_length_histogram"], k) for k in MIN_ACCEPTED],
+            "speedup": result["speedup"], "plain_ms": result["autoregressive"]["ms_per_step"],
+            "spec_ms": spec["ms_per_step"], "lossless": result["lossless"], "prompts": result["num_prompts"]}
+
+
 def benchmark_rows(folder: Path, ours: str = OURS, against: str = PEER) -> list[dict]:
     """Per benchmark, both drafts' numbers (keyed by draft name) and the paired difference, `ours` minus
     `against`'s."""
     reports = {name: json.loads((folder / f"{name}_report.json").read_text()) for name in (ours, against)}
     rows = []
     for bench in reports[ours]["benchmarks"]:
-        row = {"benchmark": bench}
-        for name, report in reports.items():
-            r = report["benchmarks"][bench]
-            spec = r["speculative"]
-            row[name] = {
-                "tau_pooled": spec["tau_pooled"], "tau_per_request": spec["tau_mean_of_requests"],
-                "accepting": [accepting_at_least(spec["accept_length_histogram"], k) for k in MIN_ACCEPTED],
-                "speedup": r["speedup"], "plain_ms": r["autoregressive"]["ms_per_step"],
-                "spec_ms": spec["ms_per_step"], "lossless": r["lossless"], "prompts": r["num_prompts"],
-            }
+        row = {"benchmark": bench, **{name: draft_numbers(report["benchmarks"][bench])
+                                      for name, report in reports.items()}}
         row["paired"] = paired_difference(reports[ours]["benchmarks"][bench]["per_prompt"],
                                           reports[against]["benchmarks"][bench]["per_prompt"])
         rows.append(row)
     return rows
+
+
+def speed_section(folder: Path, ours: str = OURS, against: str = PEER) -> str:
+    """The speed phase's decoding at a serving dtype (NAME_report_DTYPE.json), both drafts per benchmark; a
+    line saying which draft lacks it where only one has it, nothing where neither does. No paired tau: at
+    that dtype the two drafts' outputs may part from plain decoding, and then from each other."""
+    lines = []
+    for dtype in SPEED_DTYPES:
+        paths = {name: folder / f"{name}_report_{dtype}.json" for name in (ours, against)}
+        have = [name for name, path in paths.items() if path.is_file()]
+        if len(have) == 1:
+            lines += ["", f"Speed at {dtype}: only {have[0]} was decoded at it (the speed phase, SPEED_DTYPE)."]
+        if len(have) < 2:
+            continue
+        reports = {name: json.loads(path.read_text()) for name, path in paths.items()}
+        settings = reports[ours]["settings"]
+        lines += ["", f"Speed at {dtype}, the dtype a server runs ({settings['device_name']}, the same prompts; "
+                  "flash attention, and a 16-token verify that costs about what a 1-token step does, unlike "
+                  "float32's). Its sequences equal to plain decoding count rounding too (the two steps' kernels "
+                  "round differently): losslessness is the float32 table's.", "",
+                  f"| benchmark | tau pooled ({ours} / {against}) | speedup | plain ms a token "
+                  "| draft+verify ms a step | sequences equal to plain |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        for bench in reports[ours]["benchmarks"]:
+            f, p = (draft_numbers(reports[name]["benchmarks"][bench]) for name in (ours, against))
+            lines.append(f"| {bench} | {f['tau_pooled']:.2f} / {p['tau_pooled']:.2f} "
+                         f"| {f['speedup']:.2f}x / {p['speedup']:.2f}x | {f['plain_ms']:.2f} / {p['plain_ms']:.2f} "
+                         f"| {f['spec_ms']:.2f} / {p['spec_ms']:.2f} | {f['lossless']:.2f} / {p['lossless']:.2f} |")
+    return "\n".join(lines) + "\n" if lines else ""
 
 
 def pooled_tau(prompts: list[dict], picks: list[int]) -> float:
@@ -219,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     note = " ".join(filter(None, [args.note, answers_checked(records)]))
     text = markdown(benchmark_rows(args.folder, args.ours, args.against),
                     heldout_tau(args.folder, args.ours, args.against), settings, note, args.ours, args.against)
+    text += speed_section(args.folder, args.ours, args.against)
     suffix = ("" if (args.ours, args.against) == (OURS, PEER)
               else f"_{args.ours}" if args.against == PEER else f"_{args.ours}_vs_{args.against}")
     write_text(args.folder / f"quality{suffix}.md", text)

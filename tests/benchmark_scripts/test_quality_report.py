@@ -101,3 +101,46 @@ def test_a_variant_trained_on_other_answers_is_refused(tmp_path):
         checked(base, "gamma3")
     (base / "gamma4_evidence.json").write_text(json.dumps({"flashdraft": {}}))  # collected before the hashes
     assert "not recorded for gamma4" in checked(base, "gamma4")
+
+
+def evidence_folder(tmp_path: Path, speed: dict[str, tuple[list[int], float]]) -> Path:
+    """A collect folder of flashdraft and the peer decoded in float32, and at bfloat16 where `speed` says:
+    draft -> (verify steps a prompt, speedup)."""
+    settings = {"device_name": "a GPU", "dtype": "torch.float32", "max_new_tokens": 60, "block_size": 16,
+                "compiled": True, "versions": {"torch": "t", "transformers": "tf"}}
+    for name in ("flashdraft", "peer"):
+        (tmp_path / f"{name}_report.json").write_text(json.dumps({**report([30, 30]), "settings": settings}))
+        (tmp_path / f"{name}_heldout_tau.json").write_text(json.dumps({"results": {"sharegpt_heldout": {
+            "eval_tau": 2.0, "eval_acc_slot_1": 0.5, "eval_accuracy": 0.2, "samples": 4}}}))
+        (tmp_path / f"{name}_training_curve.jsonl").write_text(
+            json.dumps({"step": 10, "accuracy": 0.1}) + "\n" + json.dumps({"step": 10, "eval_accuracy": 0.1}) + "\n")
+    for name, (steps, speedup) in speed.items():
+        fast = report(steps)
+        fast["benchmarks"]["gsm8k"].update(speedup=speedup, lossless=0.5)
+        fast["settings"] = {**settings, "dtype": "torch.bfloat16"}
+        (tmp_path / f"{name}_report_bfloat16.json").write_text(json.dumps(fast))
+    return tmp_path
+
+
+def test_the_speed_phase_reports_show_beside_the_float32_tables(tmp_path):
+    """The speed phase's bfloat16 reports get their own table, its numbers from those reports (not the float32
+    ones), and say that their equality with plain decoding is not the lossless check."""
+    folder = evidence_folder(tmp_path, {"flashdraft": ([20, 20], 1.25), "peer": ([24, 24], 1.05)})
+    assert quality_sharegpt_report.main([str(folder)]) == 0
+    text = (folder / "quality.md").read_text()
+    assert "| gsm8k | 2 | 2.00 / 2.00 | 1.00 / 1.00 | 0.50x / 0.50x |" in text  # float32, as written
+    assert "Speed at bfloat16, the dtype a server runs (a GPU" in text and "losslessness is the float32 table's" in text
+    assert "| gsm8k | 3.00 / 2.50 | 1.25x / 1.05x | 1.00 / 1.00 | 2.00 / 2.00 | 0.50 / 0.50 |" in text
+
+
+def test_a_speed_report_of_one_draft_alone_is_named_not_tabled(tmp_path):
+    folder = evidence_folder(tmp_path, {"peer": ([24, 24], 1.05)})
+    assert quality_sharegpt_report.main([str(folder)]) == 0
+    text = (folder / "quality.md").read_text()
+    assert "Speed at bfloat16: only peer was decoded at it (the speed phase, SPEED_DTYPE)." in text
+    assert "sequences equal to plain |" not in text
+
+def test_no_speed_report_no_speed_section(tmp_path):
+    folder = evidence_folder(tmp_path, {})
+    assert quality_sharegpt_report.main([str(folder)]) == 0
+    assert "Speed at" not in (folder / "quality.md").read_text()

@@ -155,3 +155,28 @@ def test_collect_refuses_an_unfinished_training_and_writes_nothing(tmp_path, wor
     assert result.returncode != 0 and "train_flashdraft in" in result.stderr
     assert "did not finish training (no summary.json); run the train phase again" in result.stderr
     assert not out.exists()
+
+
+def test_a_speed_dtype_other_than_bf16_or_fp16_is_refused(tmp_path, work):
+    result = variants(tmp_path, work, "gamma4: objective.gamma=4", SPEED_DTYPE="float64")
+    assert result.returncode == 2 and "SPEED_DTYPE=float64; give bfloat16 or float16" in result.stderr
+    assert not list(work.glob("variant_*")) and not (tmp_path / "out").exists()
+
+
+def test_the_speed_phase_runs_where_its_report_is_missing_and_is_collected(tmp_path, work):
+    """SPEED_DTYPE: a variant decoded at it is collected with that report and not decoded again; one decoded
+    in float32 alone gets the speed phase only (which fails here on the empty target path, not under test)."""
+    done = finished_variant(work, "gamma2", "train.seed=0 objective.gamma=2 STEPS=300 MAX_LENGTH=1024")
+    (done / "results" / "flashdraft_report_bfloat16.json").write_text('{"speed": 1}')
+    result = variants(tmp_path, work, "gamma2: objective.gamma=2", TRAIN_ARGS="train.seed=0", STEPS="300",
+                      SPEED_DTYPE="bfloat16")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "out" / "gamma2_report_bfloat16.json").read_text() == '{"speed": 1}'
+    assert not (done / "results" / "flashdraft_bfloat16.log").exists()
+    assert not (done / "results" / "flashdraft.log").exists()
+
+    half = finished_variant(work, "gamma3", "train.seed=0 objective.gamma=3 STEPS=300 MAX_LENGTH=1024")
+    variants(tmp_path, work, "gamma3: objective.gamma=3", TRAIN_ARGS="train.seed=0", STEPS="300",
+             SPEED_DTYPE="bfloat16")
+    assert (half / "results" / "flashdraft_bfloat16.log").exists()  # the speed phase started
+    assert not (half / "results" / "flashdraft.log").exists()  # the float32 evaluation was not redone
