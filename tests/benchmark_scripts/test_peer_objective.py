@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from dflash_helpers import bound_like, make_batch, make_objective
+
+from flashdraft.objectives.dflash import decay_gamma
 
 pytest.importorskip("specforge", reason="installed with --no-deps in the README's test command")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -51,6 +52,17 @@ def test_given_our_anchors_the_peer_loss_is_our_weighted_sum(tiny_target, num_an
         torch.testing.assert_close(theirs, mine, rtol=1e-4, atol=1e-6)
     # The same normaliser: the sum of the supervised slots' decay weights.
     assert float(loss_den) == pytest.approx(prepared.num_targets, rel=1e-6)
+
+
+
+def test_the_peer_keeps_specforges_decay_whatever_our_recipe_sets(tiny_target):
+    """Our recipe's gamma (2 for SmolLM2) is part of what the comparison measures: the peer trains with the
+    decay SpecForge suggests for the block size (the paper's rule: 7 at B = 16, 4 at 8)."""
+    path = tiny_target("qwen3")
+    ours, draft = make_objective(path, num_anchors=4, attention="sdpa", gamma=3.0)
+    peer = bound_like(SpecForgeObjective, ours, draft, path)
+    assert peer.config.objective.gamma == 3.0
+    assert peer.wrapper(draft).loss_decay_gamma == decay_gamma(peer.block_size) != 3.0
 
 
 @pytest.mark.parametrize("target_dtype", [torch.float32, torch.bfloat16])
