@@ -137,8 +137,8 @@ speed)
   objective_of "$name" > /dev/null
   [ -n "$speed_dtype" ] || { echo "error: the speed phase needs SPEED_DTYPE (bfloat16 or float16)" >&2; exit 2; }
   mkdir -p "$work/results"
-  # The float32 evaluation's prompts and settings at the serving dtype: flash attention, and a verify
-  # whose matmuls cost about what the plain step's do.
+  # The float32 evaluation's prompts and settings at the serving dtype, whose 16-row verify is not priced
+  # as float32's GEMM against the plain step's GEMV.
   decode "$name" "$data" "$work" "$speed_dtype" "$work/results/${name}_report_$speed_dtype.json" \
     > "$work/results/${name}_$speed_dtype.log" 2>&1
   ;;
