@@ -3,7 +3,8 @@
 # first turns and the packaged mix (its model card's sampling, up to the training length); two drafts train on the same
 # prepared data, in the same order, with the same draft, optimizer, schedule and number of steps:
 # flashdraft's objective and SpecForge 0.2.0's (benchmarks/peer_objective.py, at SpecForge's suggested
-# decay for the block size, run inside flashdraft's trainer by benchmarks/peer_train.py); both are evaluated by `flashdraft evaluate` on the same GPU.
+# decay for the block size, run inside flashdraft's trainer by benchmarks/peer_train.py); both are
+# evaluated by `flashdraft evaluate` on the same GPU.
 #
 #   python benchmarks/quality_sharegpt_prepare.py --out DATA     # any machine with the packaged sources
 #   benchmarks/quality_sharegpt.sh warmup GGUF DATA WORK         # regenerate answers (shards side by side)

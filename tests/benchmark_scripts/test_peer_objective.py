@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from dflash_helpers import bound_like, make_batch, make_objective
 
+from dflash_helpers import bound_like, make_batch, make_objective
 from flashdraft.objectives.dflash import decay_gamma
 
 pytest.importorskip("specforge", reason="installed with --no-deps in the README's test command")
@@ -52,7 +52,6 @@ def test_given_our_anchors_the_peer_loss_is_our_weighted_sum(tiny_target, num_an
         torch.testing.assert_close(theirs, mine, rtol=1e-4, atol=1e-6)
     # The same normaliser: the sum of the supervised slots' decay weights.
     assert float(loss_den) == pytest.approx(prepared.num_targets, rel=1e-6)
-
 
 
 def test_the_peer_keeps_specforges_decay_whatever_our_recipe_sets(tiny_target):
