@@ -14,7 +14,8 @@
 #   SPEED_DTYPE=bfloat16 benchmarks/quality_sharegpt.sh speed flashdraft DATA WORK  # the speedup a server sees
 #   benchmarks/quality_sharegpt.sh anchors DATA WORK             # teacher-forced tau at the answers' ends
 #   benchmarks/quality_sharegpt.sh collect WORK OUT              # the evidence folder
-#   benchmarks/quality_sharegpt.sh all GGUF DATA WORK OUT        # everything in order
+#   benchmarks/quality_sharegpt.sh all GGUF DATA WORK OUT        # everything in order, then the report;
+#                                         # run again, it continues where a machine window stopped it
 #   VARIANTS="lr3e-4: train.lr=3e-4; anchors128: objective.num_anchors=128" \
 #     benchmarks/quality_sharegpt.sh variants DATA WORK OUT     # recipe variants on WORK's answers, side by side
 #
@@ -316,12 +317,36 @@ variants)
   fi
   ;;
 all)
+  # Every phase in order. Run again (a machine window ended inside it), it goes on where it stopped: a phase
+  # whose outputs WORK holds is skipped, the warmup continues its shards and training its newest checkpoint.
+  # WORK records the settings that shape those outputs; a rerun with others is refused before any work.
   gguf=$2 data=$3 work=$4 out=$5
-  bash "$0" warmup "$gguf" "$data" "$work"
-  bash "$0" train "$data" "$work"
-  for name in $drafts; do bash "$0" evaluate "$name" "$data" "$work"; done
-  bash "$0" anchors "$data" "$work"
+  settings="TEMPERATURE=${TEMPERATURE:-0.2} TOP_P=${TOP_P:-0.9} MAX_LENGTH=$max_length STEPS=${STEPS:-400}"
+  settings+=" TRAIN_ARGS=${TRAIN_ARGS:-} EVAL_PROMPTS=${EVAL_PROMPTS:-all} EVAL_NEW_TOKENS=${EVAL_NEW_TOKENS:-256}"
+  recorded=$(cat "$work/all_settings" 2> /dev/null || true)
+  [ -z "$recorded" ] || [ "$recorded" == "$settings" ] ||
+    { echo "error: $work holds a run of other settings ($recorded; now $settings): give another WORK," \
+        "or the same settings to continue it" >&2; exit 2; }
+  mkdir -p "$work"
+  echo "$settings" > "$work/all_settings"
+  [ -e "$work/target_path" ] || bash "$0" warmup "$gguf" "$data" "$work"
+  for name in $drafts; do
+    [ -e "$work/train_$name/summary.json" ] || { bash "$0" train "$data" "$work"; break; }
+  done
+  # The evaluations side by side, as in the variants phase (each is launch-bound on a 135M target).
+  pids=()
+  for name in $drafts; do
+    ( [ -e "$work/results/${name}_heldout_tau.json" ] || bash "$0" evaluate "$name" "$data" "$work"
+      [ -z "$speed_dtype" ] || [ -e "$work/results/${name}_report_$speed_dtype.json" ] ||
+        bash "$0" speed "$name" "$data" "$work" ) &
+    pids+=($!)
+  done
+  wait_all "${pids[@]}"
+  [ -e "$work/results/heldout_tau_by_anchors.json" ] || bash "$0" anchors "$data" "$work"
   bash "$0" collect "$work" "$out"
+  if [[ " $drafts " == *" flashdraft "* && " $drafts " == *" peer "* ]]; then
+    run python3 "$here/quality_sharegpt_report.py" "$out"
+  fi
   ;;
 *)
   echo "usage: $0 warmup GGUF DATA WORK | train DATA WORK | evaluate flashdraft|peer DATA WORK" \

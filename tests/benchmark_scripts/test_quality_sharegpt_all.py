@@ -1,0 +1,104 @@
+"""`quality_sharegpt.sh all`: run again after a machine window ended inside it, it skips the phases whose
+outputs WORK holds and goes on with the rest; a rerun with other settings is refused before any work."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "quality_sharegpt.sh"
+# A real collected run: its reports, curves and configs stand in for what the phases leave in WORK.
+EVIDENCE = SCRIPT.parent / "results" / "quality_sharegpt"
+SETTINGS = ("TEMPERATURE", "TOP_P", "MAX_LENGTH", "STEPS", "TRAIN_ARGS", "EVAL_PROMPTS", "EVAL_NEW_TOKENS",
+            "SPEED_DTYPE", "DRAFTS")
+
+
+def run_all(tmp_path: Path, work: Path, **env: str) -> subprocess.CompletedProcess:
+    # The script's python3 is this interpreter (flashdraft installed), as in an activated environment.
+    base = {k: v for k, v in os.environ.items() if k not in SETTINGS}
+    base["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{base.get('PATH', '')}"
+    return subprocess.run(["bash", str(SCRIPT), "all", str(tmp_path / "model.gguf"), str(tmp_path / "data"),
+                           str(work), str(tmp_path / "out")],
+                          check=False, env={**base, **env}, capture_output=True, text=True, timeout=300)
+
+
+def finished_work(tmp_path: Path) -> Path:
+    """WORK as the phases leave it once both drafts trained, were evaluated and the anchors phase ran."""
+    work = tmp_path / "work"
+    (work / "warmup_prompts_0").mkdir(parents=True)
+    (work / "warmup_prompts_0" / "train.jsonl").write_text('{"answer": "kept"}\n')
+    (work / "sharegpt_second_turn.jsonl").write_text("")
+    (work / "target_path").write_text(str(tmp_path / "no-target") + "\n")
+    (work / "results").mkdir()
+    (work / "results" / "heldout_tau_by_anchors.json").write_text("{}")
+    for name in ("flashdraft", "peer"):
+        run = work / f"train_{name}"
+        (run / "export").mkdir(parents=True)
+        shutil.copy(EVIDENCE / f"{name}_training_curve.jsonl", run / "metrics.jsonl")
+        shutil.copy(EVIDENCE / f"{name}_config.yaml", run / "config.yaml")
+        (run / "export" / "model.safetensors").write_bytes(name.encode())
+        (run / "summary.json").write_text('{"steps": 400}')
+        for part in ("report", "heldout_tau"):
+            shutil.copy(EVIDENCE / f"{name}_{part}.json", work / "results" / f"{name}_{part}.json")
+    return work
+
+
+def logs(work: Path) -> list[str]:
+    """The logs of phases that started: the warmup's, prepare-data's, a training's, an evaluation's."""
+    return sorted(str(p.relative_to(work)) for p in work.rglob("*.log"))
+
+
+def test_a_finished_work_is_only_collected_and_reported(tmp_path):
+    work = finished_work(tmp_path)
+    result = run_all(tmp_path, work)
+    assert result.returncode == 0, result.stderr
+    assert logs(work) == []  # no phase ran again (each would fail here: the GGUF and target are absent)
+    out = tmp_path / "out"
+    evidence = json.loads((out / "evidence.json").read_text())
+    assert evidence["flashdraft"]["steps"] == evidence["peer"]["steps"] == 400
+    assert evidence["answers sha256"]["warmup_prompts_0/train.jsonl"] == \
+        hashlib.sha256(b'{"answer": "kept"}\n').hexdigest()
+    for name in ("flashdraft", "peer"):
+        assert (out / f"{name}_report.json").read_bytes() == (EVIDENCE / f"{name}_report.json").read_bytes()
+    assert "| gsm8k |" in (out / "quality.md").read_text()  # the report ran on the collected folder
+    assert (work / "all_settings").read_text().startswith("TEMPERATURE=0.2 TOP_P=0.9 MAX_LENGTH=1024 STEPS=400")
+
+
+def test_an_unevaluated_draft_is_evaluated_and_nothing_before_it_runs_again(tmp_path):
+    """The window ended after training and one evaluation: the rerun evaluates the other draft only (which
+    fails here on the absent target, so the phase stops before collecting)."""
+    work = finished_work(tmp_path)
+    (work / "results" / "peer_heldout_tau.json").unlink()
+    result = run_all(tmp_path, work)
+    assert result.returncode != 0
+    assert logs(work) == ["results/peer.log"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_missing_speed_report_runs_the_speed_phase_only(tmp_path):
+    work = finished_work(tmp_path)
+    shutil.copy(EVIDENCE / "flashdraft_report.json", work / "results" / "flashdraft_report_bfloat16.json")
+    result = run_all(tmp_path, work, SPEED_DTYPE="bfloat16")
+    assert result.returncode != 0  # the peer's speed pass fails on the absent target
+    assert logs(work) == ["results/peer_bfloat16.log"]
+
+
+def test_other_settings_on_the_same_work_are_refused_before_any_work(tmp_path):
+    work = finished_work(tmp_path)
+    (work / "results" / "peer_heldout_tau.json").unlink()
+    recorded = ("TEMPERATURE=0.2 TOP_P=0.9 MAX_LENGTH=1024 STEPS=900 TRAIN_ARGS=train.seed=0 EVAL_PROMPTS=12 "
+                "EVAL_NEW_TOKENS=256")
+    (work / "all_settings").write_text(recorded + "\n")
+    result = run_all(tmp_path, work, STEPS="1800", TRAIN_ARGS="train.seed=0", EVAL_PROMPTS="12")
+    assert result.returncode == 2
+    assert f"error: {work} holds a run of other settings ({recorded}; now TEMPERATURE=0.2 TOP_P=0.9 " \
+        "MAX_LENGTH=1024 STEPS=1800 TRAIN_ARGS=train.seed=0 EVAL_PROMPTS=12 EVAL_NEW_TOKENS=256)" in result.stderr
+    assert (work / "all_settings").read_text() == recorded + "\n"
+    assert logs(work) == [] and not (tmp_path / "out").exists()
+    result = run_all(tmp_path, work, STEPS="900", TRAIN_ARGS="train.seed=0", EVAL_PROMPTS="12")
+    assert "other settings" not in result.stderr and logs(work) == ["results/peer.log"]  # the same: it goes on
