@@ -7,6 +7,8 @@
 # evaluated by `flashdraft evaluate` on the same GPU.
 #
 #   python benchmarks/quality_sharegpt_prepare.py --out DATA     # any machine with the packaged sources
+#   python benchmarks/quality_sharegpt_prepare.py --out DATA2 --exclude DATA  # new prompts only; warmed up into
+#                                         # the same WORK, they add shards that train with the earlier ones
 #   benchmarks/quality_sharegpt.sh warmup GGUF DATA WORK         # regenerate answers (shards side by side)
 #   benchmarks/quality_sharegpt.sh train DATA WORK               # our objective and SpecForge's, side by side
 #   benchmarks/quality_sharegpt.sh evaluate flashdraft DATA WORK # decoding + teacher-forced tau
@@ -96,7 +98,7 @@ warmup)
   wait_all "${pids[@]}"
   cp "$work/warmup_second_turn/train.jsonl" "$work/sharegpt_second_turn.jsonl"
   python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['target_path'])" \
-    "$work/warmup_prompts_0/manifest.json" > "$work/target_path"
+    "$work/warmup_second_turn/manifest.json" > "$work/target_path"  # every DATA has this one, whatever its shards
   ;;
 train)
   work=$3
@@ -329,7 +331,12 @@ all)
         "or the same settings to continue it" >&2; exit 2; }
   mkdir -p "$work"
   echo "$settings" > "$work/all_settings"
-  [ -e "$work/target_path" ] || bash "$0" warmup "$gguf" "$data" "$work"
+  # The warmup is done when every shard of DATA has its answers (a DATA of --exclude adds shards to a WORK).
+  warmed=$([ -e "$work/target_path" ] && echo 1 || echo 0)
+  for prompts in "$data"/prompts_*.jsonl; do
+    [ ! -e "$prompts" ] || [ -e "$work/warmup_$(basename "$prompts" .jsonl)/manifest.json" ] || warmed=0
+  done
+  [ "$warmed" == 1 ] || bash "$0" warmup "$gguf" "$data" "$work"
   for name in $drafts; do
     [ -e "$work/train_$name/summary.json" ] || { bash "$0" train "$data" "$work"; break; }
   done

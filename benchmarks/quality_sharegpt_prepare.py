@@ -16,13 +16,18 @@ own loaders (seeded: the same files on every machine):
                                        context, becomes the MT-Bench-style benchmark
 
     python benchmarks/quality_sharegpt_prepare.py --out DIR [--sharegpt 2000] [--mix 1000]
-        [--eval-prompts 32] [--shards 4]
+        [--eval-prompts 32] [--shards 4] [--exclude EARLIER_DIR ...]
+
+`--exclude` grows a run's prompts across machine windows: the training prompts of the folders it names (earlier
+outputs of this script) are left out, --sharegpt and --mix then count new prompts, and the shards are numbered
+after the earlier ones, so the warmup answers of all of them sit side by side in one WORK and train together.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -45,6 +50,39 @@ def through_second_turn(messages: list[dict]) -> list[dict] | None:
     return messages[: users[1] + 1] if len(users) >= 2 else None
 
 
+def earlier_prompts(folders: list[Path], out: Path) -> tuple[set[str], int]:
+    """The training prompts (as json text) of earlier outputs of this script, and the first shard number after
+    theirs; a SystemExit naming the problem where a folder is not one."""
+    prompts, last = set(), -1
+    for folder in folders:
+        if folder.resolve() == out.resolve():
+            sys.exit(f"error: --exclude {folder} is --out: this run would replace the prompts it leaves out; "
+                     "give another --out")
+        shards = {int(m.group(1)): path for path in folder.glob("prompts_*.jsonl")
+                  if (m := re.fullmatch(r"prompts_(\d+)\.jsonl", path.name))}
+        if not shards:
+            sys.exit(f"error: --exclude {folder} holds no prompts_K.jsonl; give a folder this script wrote")
+        for path in shards.values():
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                try:
+                    prompts.add(json.dumps(json.loads(line)["messages"]))
+                except (ValueError, KeyError, TypeError):
+                    sys.exit(f"error: {path}:{number} is not a prompt row of this script ({{\"messages\": [...]}})")
+        last = max(last, *shards)
+    return prompts, last + 1
+
+
+def fresh(candidates: list[tuple[list[dict], list[dict]]], excluded: set[str], count: int, flag: str) -> list:
+    """The first `count` prompts of (prompt, other form) pairs whose forms are both outside `excluded` (an
+    earlier run may have asked the same question in the other form); a SystemExit where too few are left."""
+    kept = [prompt for prompt, other in candidates
+            if json.dumps(prompt) not in excluded and json.dumps(other) not in excluded][:count]
+    if len(kept) < count:
+        left = f"are left after the {len(excluded)} of --exclude" if excluded else "are in the source"
+        sys.exit(f"error: only {len(kept)} {flag} prompts {left}; lower --{flag} to at most {len(kept)}")
+    return kept
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -52,10 +90,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mix", type=int, default=1000, help="training prompts from the packaged mix")
     parser.add_argument("--eval-prompts", type=int, default=32, help="prompts per benchmark")
     parser.add_argument("--shards", type=int, default=8, help="training prompt files, one warmup process each")
+    parser.add_argument("--exclude", type=Path, nargs="+", default=[], metavar="EARLIER_DIR",
+                        help="earlier outputs of this script: their training prompts are left out, the shards "
+                             "numbered after theirs")
     args = parser.parse_args(argv)
     for flag in ("sharegpt", "mix", "eval_prompts", "shards"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    excluded, first_shard = earlier_prompts(args.exclude, args.out)
     args.out.mkdir(parents=True, exist_ok=True)
 
     held_out = set()
@@ -70,23 +112,30 @@ def main(argv: list[str] | None = None) -> int:
     seconds = [cut for cut in map(through_second_turn, conversations) if cut is not None]
     write_jsonl(args.out / "sharegpt_second_turn_source.jsonl", [{"messages": m} for m in seconds[: args.eval_prompts]])
 
-    sharegpt = [first_turn(m) for m in load_chat_dataset("packaged:sharegpt", limit=args.sharegpt, seed=0)["messages"]]
+    # Without --exclude each draw is exactly the count asked for (the published runs' prompts); with it, one
+    # larger by the prompts left out, from which the first new ones are taken.
+    sharegpt = [first_turn(m) for m in load_chat_dataset(
+        "packaged:sharegpt", limit=args.sharegpt + len(excluded), seed=0)["messages"]]
+    sharegpt = fresh([(m, m) for m in sharegpt], excluded, args.sharegpt, "sharegpt")
     mix = load_chat_dataset(["packaged:reasoning_gym@0.5", "packaged:stdlib_code@0.2", "packaged:word_problems@0.3"],
-                            split="train", limit=args.mix, seed=0)
+                            split="train", limit=args.mix + len(excluded), seed=0)
     packaged = []
     for index, (source, messages) in enumerate(zip(mix["source"], mix["messages"])):
         opening = first_turn(messages)
         # `source` is the mixture member's spec, e.g. packaged:word_problems@0.3
         asks_steps = "word_problems" in source or ("reasoning_gym" in source and index % 2 == 0)
-        packaged.append(step_by_step(opening) if asks_steps else opening)
+        packaged.append((step_by_step(opening), opening) if asks_steps else (opening, step_by_step(opening)))
+    packaged = fresh(packaged, excluded, args.mix, "mix")
     rows = [{"messages": m} for m in sharegpt + packaged if json.dumps(m) not in held_out]
     for stale in args.out.glob("prompts_*.jsonl"):  # a rerun with fewer shards must not leave old ones
         stale.unlink()
     for shard in range(args.shards):
-        write_jsonl(args.out / f"prompts_{shard}.jsonl", rows[shard:: args.shards])
+        write_jsonl(args.out / f"prompts_{first_shard + shard}.jsonl", rows[shard:: args.shards])
     counts = {"sharegpt": len(sharegpt), "mix": len(packaged),
               "dropped_as_held_out": len(sharegpt) + len(packaged) - len(rows),
               "eval_prompts": args.eval_prompts, "second_turn_conversations": min(len(seconds), args.eval_prompts)}
+    if excluded:
+        counts.update(left_out_as_earlier=len(excluded), first_shard=first_shard)
     (args.out / "counts.json").write_text(json.dumps(counts, indent=1) + "\n")
     print(json.dumps(counts))
     return 0

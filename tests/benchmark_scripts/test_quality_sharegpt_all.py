@@ -29,9 +29,12 @@ def run_all(tmp_path: Path, work: Path, **env: str) -> subprocess.CompletedProce
 
 def finished_work(tmp_path: Path) -> Path:
     """WORK as the phases leave it once both drafts trained, were evaluated and the anchors phase ran."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "prompts_0.jsonl").write_text('{"messages": []}\n')
     work = tmp_path / "work"
     (work / "warmup_prompts_0").mkdir(parents=True)
     (work / "warmup_prompts_0" / "train.jsonl").write_text('{"answer": "kept"}\n')
+    (work / "warmup_prompts_0" / "manifest.json").write_text("{}")
     (work / "sharegpt_second_turn.jsonl").write_text("")
     (work / "target_path").write_text(str(tmp_path / "no-target") + "\n")
     (work / "results").mkdir()
@@ -102,3 +105,15 @@ def test_other_settings_on_the_same_work_are_refused_before_any_work(tmp_path):
     assert logs(work) == [] and not (tmp_path / "out").exists()
     result = run_all(tmp_path, work, STEPS="900", TRAIN_ARGS="train.seed=0", EVAL_PROMPTS="12")
     assert "other settings" not in result.stderr and logs(work) == ["results/peer.log"]  # the same: it goes on
+
+
+def test_a_data_shard_without_answers_runs_the_warmup_first(tmp_path):
+    """DATA grown by quality_sharegpt_prepare.py --exclude: its new shard has no answers in WORK yet, so the
+    warmup phase runs (and fails here on the absent GGUF) before any training or evaluation."""
+    work = finished_work(tmp_path)
+    (tmp_path / "data" / "prompts_1.jsonl").write_text('{"messages": []}\n')
+    result = run_all(tmp_path, work)
+    assert result.returncode != 0
+    assert "warmup_prompts_1.log" in logs(work)
+    assert not [log for log in logs(work) if log.startswith(("train", "results", "prepare"))]
+    assert not (tmp_path / "out").exists()

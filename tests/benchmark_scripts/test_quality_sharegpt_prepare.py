@@ -1,0 +1,94 @@
+"""`quality_sharegpt_prepare.py --exclude`: a run's prompts grow across machine windows with new prompts only,
+in shards numbered after the earlier ones, beside the same benchmarks; bad folders are refused before any
+work, and nothing the user had is replaced."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+from quality_sharegpt_prepare import fresh  # noqa: E402
+from smollm2_prepare import step_by_step  # noqa: E402
+
+SMALL = ["--sharegpt", "24", "--mix", "24", "--eval-prompts", "2"]
+
+
+def prepare(out: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(BENCHMARKS / "quality_sharegpt_prepare.py"), "--out", str(out),
+                           *SMALL, *args], check=False, capture_output=True, text=True, timeout=300)
+
+
+def prompts(folder: Path) -> dict[str, list[str]]:
+    return {path.name: [json.dumps(json.loads(line)["messages"]) for line in path.read_text().splitlines()]
+            for path in sorted(folder.glob("prompts_*.jsonl"))}
+
+
+def test_excluded_prompts_are_not_drawn_again_and_the_shards_follow_theirs(tmp_path):
+    first = tmp_path / "first"
+    assert prepare(first, "--shards", "2").returncode == 0
+    grown = tmp_path / "grown"
+    result = prepare(grown, "--shards", "3", "--exclude", str(first))
+    assert result.returncode == 0, result.stderr
+    earlier = {p for shard in prompts(first).values() for p in shard}
+    new = prompts(grown)
+    assert sorted(new) == ["prompts_2.jsonl", "prompts_3.jsonl", "prompts_4.jsonl"]
+    drawn = [p for shard in new.values() for p in shard]
+    assert not set(drawn) & earlier
+    counts = json.loads((grown / "counts.json").read_text())
+    assert (counts["sharegpt"], counts["mix"], counts["first_shard"]) == (24, 24, 2)
+    assert len(drawn) == 48 - counts["dropped_as_held_out"]
+    for name in ("gsm8k", "humaneval", "chat", "sharegpt_first_turn", "sharegpt_second_turn_source"):
+        assert (grown / f"{name}.jsonl").read_bytes() == (first / f"{name}.jsonl").read_bytes()
+
+    # Both earlier folders left out: a third draw is new against either, numbered after the last.
+    third = tmp_path / "third"
+    assert prepare(third, "--shards", "1", "--exclude", str(first), str(grown)).returncode == 0
+    (shard,) = prompts(third).items()
+    assert shard[0] == "prompts_5.jsonl" and not set(shard[1]) & (earlier | set(drawn))
+
+
+def test_a_question_asked_in_its_other_form_earlier_counts_as_asked():
+    """The mix adds the step-by-step instruction to every other reasoning prompt by its place in the draw, so
+    a later draw may hold an earlier question in the other form: it is not new."""
+    question = [{"role": "user", "content": "What is 3 + 4?"}]
+    other = [{"role": "user", "content": "Name a prime."}]
+    earlier = {json.dumps(step_by_step(question))}
+    candidates = [(question, step_by_step(question)), (other, step_by_step(other))]
+    assert fresh(candidates, earlier, 1, "mix") == [other]
+    with pytest.raises(SystemExit, match="only 1 mix prompts are left after the 1 of --exclude; lower --mix to "
+                                         "at most 1"):
+        fresh(candidates, earlier, 2, "mix")
+    with pytest.raises(SystemExit, match="only 2 sharegpt prompts are in the source; lower --sharegpt"):
+        fresh(candidates, set(), 3, "sharegpt")
+
+
+def test_excluding_the_output_folder_is_refused_and_its_prompts_kept(tmp_path):
+    first = tmp_path / "first"
+    assert prepare(first, "--shards", "2").returncode == 0
+    before = prompts(first)
+    result = prepare(first, "--exclude", str(first))
+    assert result.returncode != 0 and f"--exclude {first} is --out" in result.stderr
+    assert prompts(first) == before
+
+
+@pytest.mark.parametrize("rows, message", [
+    (None, "holds no prompts_K.jsonl; give a folder this script wrote"),
+    ('{"messages": []}\n{"prompt": "hi"}\n', "prompts_0.jsonl:2 is not a prompt row of this script"),
+    ('{"messages": []}\nnot json\n', "prompts_0.jsonl:2 is not a prompt row of this script"),
+])
+def test_a_folder_that_is_no_earlier_output_is_refused_before_any_work(tmp_path, rows, message):
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    if rows is not None:
+        (earlier / "prompts_0.jsonl").write_text(rows)
+    out = tmp_path / "out"
+    result = prepare(out, "--exclude", str(earlier))
+    assert result.returncode != 0 and message in result.stderr, result.stderr
+    assert not out.exists()
