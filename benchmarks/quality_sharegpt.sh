@@ -7,8 +7,8 @@
 # evaluated by `flashdraft evaluate` on the same GPU.
 #
 #   python benchmarks/quality_sharegpt_prepare.py --out DATA     # any machine with the packaged sources
-#   python benchmarks/quality_sharegpt_prepare.py --out DATA2 --exclude DATA  # new prompts only; warmed up into
-#                                         # the same WORK, they add shards that train with the earlier ones
+#   python benchmarks/quality_sharegpt_prepare.py --out DATA2 --exclude DATA  # new prompts only: warmed up into a
+#                                         # WORK holding a copy of the earlier answers, both train together
 #   benchmarks/quality_sharegpt.sh warmup GGUF DATA WORK         # regenerate answers (shards side by side)
 #   benchmarks/quality_sharegpt.sh train DATA WORK               # our objective and SpecForge's, side by side
 #   benchmarks/quality_sharegpt.sh evaluate flashdraft DATA WORK # decoding + teacher-forced tau
@@ -325,6 +325,8 @@ all)
   gguf=$2 data=$3 work=$4 out=$5
   settings="TEMPERATURE=${TEMPERATURE:-0.2} TOP_P=${TOP_P:-0.9} MAX_LENGTH=$max_length STEPS=${STEPS:-400}"
   settings+=" TRAIN_ARGS=${TRAIN_ARGS:-} EVAL_PROMPTS=${EVAL_PROMPTS:-all} EVAL_NEW_TOKENS=${EVAL_NEW_TOKENS:-256}"
+  # DATA's shards too: drafts trained before a DATA of --exclude added shards did not see their answers.
+  settings+=" DATA_SHARDS=$(cd "$data" 2> /dev/null && ls prompts_*.jsonl 2> /dev/null | sort -V | paste -sd, -)"
   recorded=$(cat "$work/all_settings" 2> /dev/null || true)
   [ -z "$recorded" ] || [ "$recorded" == "$settings" ] ||
     { echo "error: $work holds a run of other settings ($recorded; now $settings): give another WORK," \

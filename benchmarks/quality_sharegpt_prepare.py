@@ -20,7 +20,9 @@ own loaders (seeded: the same files on every machine):
 
 `--exclude` grows a run's prompts across machine windows: the training prompts of the folders it names (earlier
 outputs of this script) are left out, --sharegpt and --mix then count new prompts, and the shards are numbered
-after the earlier ones, so the warmup answers of all of them sit side by side in one WORK and train together.
+after the earlier ones, so the warmup answers of all of them sit side by side in one WORK and train together
+(a new WORK holding a copy of the earlier answers: `quality_sharegpt.sh all` refuses to continue a WORK it ran
+on other shards).
 """
 
 from __future__ import annotations

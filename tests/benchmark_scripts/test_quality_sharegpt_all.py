@@ -69,7 +69,8 @@ def test_a_finished_work_is_only_collected_and_reported(tmp_path):
     for name in ("flashdraft", "peer"):
         assert (out / f"{name}_report.json").read_bytes() == (EVIDENCE / f"{name}_report.json").read_bytes()
     assert "| gsm8k |" in (out / "quality.md").read_text()  # the report ran on the collected folder
-    assert (work / "all_settings").read_text().startswith("TEMPERATURE=0.2 TOP_P=0.9 MAX_LENGTH=1024 STEPS=400")
+    assert (work / "all_settings").read_text().startswith("TEMPERATURE=0.2 TOP_P=0.9 MAX_LENGTH=1024 STEPS=400 ")
+    assert (work / "all_settings").read_text().endswith(" DATA_SHARDS=prompts_0.jsonl\n")
 
 
 def test_an_unevaluated_draft_is_evaluated_and_nothing_before_it_runs_again(tmp_path):
@@ -95,16 +96,25 @@ def test_other_settings_on_the_same_work_are_refused_before_any_work(tmp_path):
     work = finished_work(tmp_path)
     (work / "results" / "peer_heldout_tau.json").unlink()
     recorded = ("TEMPERATURE=0.2 TOP_P=0.9 MAX_LENGTH=1024 STEPS=900 TRAIN_ARGS=train.seed=0 EVAL_PROMPTS=12 "
-                "EVAL_NEW_TOKENS=256")
+                "EVAL_NEW_TOKENS=256 DATA_SHARDS=prompts_0.jsonl")
     (work / "all_settings").write_text(recorded + "\n")
     result = run_all(tmp_path, work, STEPS="1800", TRAIN_ARGS="train.seed=0", EVAL_PROMPTS="12")
     assert result.returncode == 2
     assert f"error: {work} holds a run of other settings ({recorded}; now TEMPERATURE=0.2 TOP_P=0.9 " \
-        "MAX_LENGTH=1024 STEPS=1800 TRAIN_ARGS=train.seed=0 EVAL_PROMPTS=12 EVAL_NEW_TOKENS=256)" in result.stderr
+        "MAX_LENGTH=1024 STEPS=1800 TRAIN_ARGS=train.seed=0 EVAL_PROMPTS=12 EVAL_NEW_TOKENS=256 " \
+        "DATA_SHARDS=prompts_0.jsonl)" in result.stderr
     assert (work / "all_settings").read_text() == recorded + "\n"
     assert logs(work) == [] and not (tmp_path / "out").exists()
     result = run_all(tmp_path, work, STEPS="900", TRAIN_ARGS="train.seed=0", EVAL_PROMPTS="12")
     assert "other settings" not in result.stderr and logs(work) == ["results/peer.log"]  # the same: it goes on
+
+    # DATA grown by --exclude into this WORK: its drafts did not see the new shard's answers.
+    (tmp_path / "data" / "prompts_10.jsonl").write_text('{"messages": []}\n')
+    (tmp_path / "data" / "prompts_9.jsonl").write_text('{"messages": []}\n')
+    result = run_all(tmp_path, work, STEPS="900", TRAIN_ARGS="train.seed=0", EVAL_PROMPTS="12")
+    assert result.returncode == 2
+    assert "now TEMPERATURE=0.2 TOP_P=0.9 MAX_LENGTH=1024 STEPS=900 TRAIN_ARGS=train.seed=0 EVAL_PROMPTS=12 " \
+        "EVAL_NEW_TOKENS=256 DATA_SHARDS=prompts_0.jsonl,prompts_9.jsonl,prompts_10.jsonl)" in result.stderr
 
 
 def test_a_data_shard_without_answers_runs_the_warmup_first(tmp_path):
