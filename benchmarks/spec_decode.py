@@ -275,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
                              "and up) with one matmul each (evaluate's GPU default)")
     parser.add_argument("--flex-decode", action="store_true",
                         help="also time both loops with fused projections and the target's attention as one "
-                             "flex-attention decoding kernel a layer (evaluate's GPU fast path on sdpa targets)")
+                             "flex-attention call a layer (evaluate's GPU fast path on sdpa targets whose head grouping "
+                             "inductor's decoding kernel serves; timed here on any, e.g. SmolLM2's 9 over 3)")
     parser.add_argument("--gemv-decode", action="store_true",
                         help="GPU: also time both loops with fused projections under inductor's coordinate-descent "
                              "tuning (one-row matmuls become tuned Triton reductions)")

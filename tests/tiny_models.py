@@ -40,12 +40,13 @@ def tiny_tokenizer(chat_template: str | None = CHATML) -> PreTrainedTokenizerFas
     return fast
 
 
-def tiny_config(model_type: str, vocab_size: int = 288, num_layers: int = 6, hidden: int = 64):
+def tiny_config(model_type: str, vocab_size: int = 288, num_layers: int = 6, hidden: int = 64, heads: int = 4,
+                kv_heads: int = 2):
     common = dict(
         vocab_size=vocab_size,
         hidden_size=hidden,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
         head_dim=16,
         intermediate_size=128,
         max_position_embeddings=512,

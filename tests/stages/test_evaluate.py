@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 import transformers
+from transformers import AutoConfig
 from packaging.version import Version
 
 from decoding_helpers import compiled_attention
@@ -16,6 +17,8 @@ from flashdraft.config import EvaluateConfig, TargetConfig, load_config
 from flashdraft.decoding.benchmarks import load_benchmark
 from flashdraft.decoding.evaluate import evaluate
 from flashdraft.errors import UserError
+from flashdraft.target.flex_decode import flex_decodes
+from tiny_models import save_tiny_target
 
 HYBRID_ASSISTED_DECODING = Version(transformers.__version__) >= Version("5.25")
 
@@ -115,6 +118,24 @@ def test_compiled_evaluation_is_lossless_and_keeps_prompt_lookup_eager(tiny_targ
     # and the target's sdpa attention as flex attention in the compiled steps (tests/target/test_flex_decode.py).
     assert report["settings"]["flex_decode_attention"] is True and "flex_attention" in ops
     assert result["prompt_lookup"]["supported"] and result["prompt_lookup"]["tau_pooled"] >= 1.0
+
+
+def test_compiled_evaluation_keeps_sdpa_where_inductor_has_no_flex_decoding_kernel(prompts_file, tmp_path):
+    """Three query heads a key/value head (SmolLM2's grouping): inductor would run flex attention through
+    its main kernel, not the decoding one that was measured faster, so the compiled steps keep sdpa and the
+    report says so; decoding stays lossless."""
+    target = save_tiny_target(tmp_path / "target", "qwen3", heads=6, kv_heads=2)
+    assert not flex_decodes(AutoConfig.from_pretrained(target))
+    draft = tmp_path / "draft"
+    assert main(["draft-init", "--target", str(target), "--output", str(draft), "--num-layers", "1",
+                 "--num-taps", "2", "--block-size", "4", "--seed", "1"]) == 0
+    torch._dynamo.reset()
+    report, ops = compiled_attention(lambda: run_evaluate(
+        draft, target, tmp_path / "r.json", benchmarks=[str(prompts_file)], max_new_tokens=8, num_prompts=1,
+        compile=True, prompt_lookup=False))
+    assert report["settings"]["compiled"] is True and report["settings"]["flex_decode_attention"] is False
+    assert "flex_attention" not in ops and "scaled_dot_product" in ops
+    assert report["benchmarks"]["mine"]["lossless"] == 1.0
 
 
 def test_sampled_evaluation_reports_no_lossless_check(tiny_target, drafts, prompts_file, tmp_path):

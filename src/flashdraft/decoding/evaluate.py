@@ -41,7 +41,7 @@ from flashdraft.model import DFlashDraftModel
 from flashdraft.model.check import check_draft, read_draft_config
 from flashdraft.target.compiled_layers import CompiledLayers, compiles_by_default
 from flashdraft.target.fast_path import fast_path_status
-from flashdraft.target.flex_decode import FlexDecodeAttention
+from flashdraft.target.flex_decode import FlexDecodeAttention, flex_decodes
 from flashdraft.target.frozen import FrozenTarget, decoder_layers
 from flashdraft.target.fused_projections import FusedProjections
 from flashdraft.target.source import (
@@ -199,12 +199,12 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
     hybrid = spec_runner.recurrent is not None
     compiled = compiles_by_default(torch_device, hybrid) if evaluation.compile is None else evaluation.compile
     # Our loops run the compiled layers, with the target's q/k/v and gate/up read by one matmul each and, on
-    # sdpa, the steps' attention as one flex-attention kernel a layer (each measured faster on a
-    # GPU, RESULTS.md section 7); prompt lookup (transformers' generate, a growing cache) runs the eager layers.
+    # sdpa, the steps' attention as one flex-attention decoding kernel a layer where inductor has one for the
+    # target's head grouping (each measured faster on a GPU, RESULTS.md section 7); prompt lookup (transformers' generate, a growing cache) runs the eager layers.
     fast_path = []
     if compiled:
         fast_path.append(FusedProjections(model))
-        if attention == "sdpa":
+        if attention == "sdpa" and flex_decodes(model.config):
             fast_path.append(FlexDecodeAttention(max_len, torch_device))
         fast_path.append(CompiledLayers([*decoder_layers(model), *draft_model.layers], lengths={1, block}))
 
