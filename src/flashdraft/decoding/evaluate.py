@@ -200,7 +200,8 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
     compiled = compiles_by_default(torch_device, hybrid) if evaluation.compile is None else evaluation.compile
     # Our loops run the compiled layers, with the target's q/k/v and gate/up read by one matmul each and, on
     # sdpa, the steps' attention as one flex-attention decoding kernel a layer where inductor has one for the
-    # target's head grouping (each measured faster on a GPU, RESULTS.md section 7); prompt lookup (transformers' generate, a growing cache) runs the eager layers.
+    # target's head grouping (each measured faster on a GPU, RESULTS.md section 7); prompt lookup
+    # (transformers' generate, a growing cache) runs the eager layers.
     fast_path = []
     if compiled:
         fast_path.append(FusedProjections(model))
