@@ -40,12 +40,12 @@
 # train.micro_batch_size=2"), EVAL_PROMPTS (the first N prompts of each benchmark, default all 32), EVALUATE
 # (the variants phase: 0 trains and collects without decoding, to compare the drafts by the trainer's held-out
 # curves with gamma_curves.py, which order drafts as decoding does (RESULTS.md section 8); default 1),
-# SPEED_DTYPE (bfloat16 or float16: the evaluate phase then decodes once more at that dtype, the one a
-# server runs, for the speedup: a float32 verify of 16 rows runs a GEMM where the plain step's one row runs
-# a GEMV, so on SmolLM2 a float32 draft + verify step costs 2.9x a plain one against 1.5-1.8x in bf16,
-# RESULTS.md sections 7 and 8; its report, NAME_report_DTYPE.json, counts sequences equal to plain
-# decoding at that dtype, where the two steps round differently, so losslessness is the float32 report's;
-# default none).
+# SPEED_DTYPE (bfloat16 or float16: the evaluate phase then decodes once more at that dtype, the one a server
+# runs, for the speedup (`all` runs these passes one draft at a time, alone on the GPU): a float32 verify of 16
+# rows runs a GEMM where the plain step's one row runs a GEMV, so on SmolLM2 a float32 draft + verify step costs
+# 2.9x a plain one against 1.5-1.8x in bf16, RESULTS.md sections 7 and 8; its report, NAME_report_DTYPE.json,
+# counts sequences equal to plain decoding at that dtype, where the two steps round differently, so losslessness
+# is the float32 report's; default none).
 set -euo pipefail
 phase=${1:-}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -342,15 +342,20 @@ all)
   for name in $drafts; do
     [ -e "$work/train_$name/summary.json" ] || { bash "$0" train "$data" "$work"; break; }
   done
-  # The evaluations side by side, as in the variants phase (each is launch-bound on a 135M target).
+  # The evaluations side by side, as in the variants phase (each is launch-bound on a 135M target); their
+  # taus do not depend on timing. The speed passes then one at a time, alone on the GPU: their step times are
+  # what they measure.
   pids=()
   for name in $drafts; do
-    ( [ -e "$work/results/${name}_heldout_tau.json" ] || bash "$0" evaluate "$name" "$data" "$work"
-      [ -z "$speed_dtype" ] || [ -e "$work/results/${name}_report_$speed_dtype.json" ] ||
-        bash "$0" speed "$name" "$data" "$work" ) &
+    [ -e "$work/results/${name}_heldout_tau.json" ] && continue
+    SPEED_DTYPE= bash "$0" evaluate "$name" "$data" "$work" &
     pids+=($!)
   done
   wait_all "${pids[@]}"
+  for name in $drafts; do
+    [ -z "$speed_dtype" ] || [ -e "$work/results/${name}_report_$speed_dtype.json" ] ||
+      bash "$0" speed "$name" "$data" "$work"
+  done
   [ -e "$work/results/heldout_tau_by_anchors.json" ] || bash "$0" anchors "$data" "$work"
   bash "$0" collect "$work" "$out"
   if [[ " $drafts " == *" flashdraft "* && " $drafts " == *" peer "* ]]; then

@@ -92,6 +92,22 @@ def test_a_missing_speed_report_runs_the_speed_phase_only(tmp_path):
     assert logs(work) == ["results/peer_bfloat16.log"]
 
 
+def test_the_speed_passes_run_one_at_a_time_after_the_evaluations(tmp_path):
+    """Their step times are the measurement, so each runs alone on the GPU: after the side-by-side float32
+    evaluation (which does not start a speed pass of its own), flashdraft's, then the peer's; the first
+    fails here on the absent target and the second never starts."""
+    work = finished_work(tmp_path)
+    (work / "results" / "peer_heldout_tau.json").unlink()
+    result = run_all(tmp_path, work, SPEED_DTYPE="bfloat16")
+    assert result.returncode != 0
+    assert logs(work) == ["results/peer.log"]  # the evaluation failed: no speed pass before it finished
+    (work / "results" / "peer.log").unlink()
+    shutil.copy(EVIDENCE / "peer_heldout_tau.json", work / "results" / "peer_heldout_tau.json")
+    result = run_all(tmp_path, work, SPEED_DTYPE="bfloat16")
+    assert result.returncode != 0
+    assert logs(work) == ["results/flashdraft_bfloat16.log"]
+
+
 def test_other_settings_on_the_same_work_are_refused_before_any_work(tmp_path):
     work = finished_work(tmp_path)
     (work / "results" / "peer_heldout_tau.json").unlink()
