@@ -284,7 +284,8 @@ variants)
     echo "${records[$i]}" > "$vwork/variant_settings"
   done
   # The variants side by side, each training then evaluating; what a variant has done is not redone, and
-  # its training resumes from its newest checkpoint.
+  # its training resumes from its newest checkpoint. The speed passes after, one variant at a time, alone on
+  # the GPU (as in the all phase).
   pids=()
   for i in "${!names[@]}"; do
     vwork=$work/variant_${names[$i]}
@@ -292,13 +293,17 @@ variants)
       export DRAFTS=flashdraft TRAIN_ARGS="${TRAIN_ARGS:-} ${settings[$i]}"
       [ -e "$vwork/train_flashdraft/summary.json" ] || bash "$0" train "$data" "$vwork"
       [ "${EVALUATE:-1}" == 0 ] || [ -e "$vwork/results/flashdraft_heldout_tau.json" ] ||
-        bash "$0" evaluate flashdraft "$data" "$vwork"
-      [ "${EVALUATE:-1}" == 0 ] || [ -z "$speed_dtype" ] ||
-        [ -e "$vwork/results/flashdraft_report_$speed_dtype.json" ] || bash "$0" speed flashdraft "$data" "$vwork"
+        SPEED_DTYPE= bash "$0" evaluate flashdraft "$data" "$vwork"
     ) &
     pids+=($!)
   done
   wait_all "${pids[@]}"
+  for name in "${names[@]}"; do
+    vwork=$work/variant_$name
+    [ "${EVALUATE:-1}" == 0 ] || [ -z "$speed_dtype" ] ||
+      [ -e "$vwork/results/flashdraft_report_$speed_dtype.json" ] ||
+      DRAFTS=flashdraft bash "$0" speed flashdraft "$data" "$vwork"
+  done
   mkdir -p "$out"
   for name in "${names[@]}"; do
     vwork=$work/variant_$name

@@ -180,3 +180,14 @@ def test_the_speed_phase_runs_where_its_report_is_missing_and_is_collected(tmp_p
              SPEED_DTYPE="bfloat16")
     assert (half / "results" / "flashdraft_bfloat16.log").exists()  # the speed phase started
     assert not (half / "results" / "flashdraft.log").exists()  # the float32 evaluation was not redone
+
+
+def test_the_variants_speed_passes_run_one_at_a_time(tmp_path, work):
+    """Each alone on the GPU, after the variants' side-by-side work: the first fails here on the empty target
+    path, and the second never starts."""
+    halves = [finished_variant(work, name, f"train.seed=0 objective.gamma={gamma} STEPS=300 MAX_LENGTH=1024")
+              for name, gamma in (("gamma2", 2), ("gamma3", 3))]
+    result = variants(tmp_path, work, "gamma2: objective.gamma=2; gamma3: objective.gamma=3",
+                      TRAIN_ARGS="train.seed=0", STEPS="300", SPEED_DTYPE="bfloat16")
+    assert result.returncode != 0
+    assert [(half / "results" / "flashdraft_bfloat16.log").exists() for half in halves] == [True, False]
