@@ -56,7 +56,8 @@ from transformers import AutoModelForCausalLM, Qwen3Config
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from flashdraft.decoding.decoding import generate  # noqa: E402
-from flashdraft.decoding.evaluate import ieee_float32_dots, target_attention  # noqa: E402
+from flashdraft.decoding.evaluate import ieee_float32_dots  # noqa: E402
+from flashdraft.decoding.harness import target_attention  # noqa: E402
 from flashdraft.decoding.memory_floor import (  # noqa: E402
     copy_bandwidth,
     floor_ms,

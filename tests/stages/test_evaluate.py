@@ -18,6 +18,7 @@ from flashdraft.decoding.benchmarks import load_benchmark
 from flashdraft.decoding.evaluate import evaluate
 from flashdraft.errors import UserError
 from flashdraft.target.flex_decode import flex_decodes
+from flashdraft.target.frozen import FrozenTarget
 from tiny_models import save_tiny_target
 
 HYBRID_ASSISTED_DECODING = Version(transformers.__version__) >= Version("5.25")
@@ -289,8 +290,6 @@ def test_hybrid_on_transformers_that_hides_the_mixer_cache_is_refused_before_loa
     """transformers 5.15 hides the Mamba mixers' signature; simulated here by the same kind of wrapper."""
     from transformers.models.nemotron_h import modeling_nemotron_h
 
-    import flashdraft.decoding.evaluate as evaluate_module
-
     mixer = modeling_nemotron_h.NemotronHMamba2Mixer
     original = mixer.forward
     monkeypatch.setattr(mixer, "forward", lambda self, *args, **kwargs: original(self, *args, **kwargs))
@@ -298,7 +297,7 @@ def test_hybrid_on_transformers_that_hides_the_mixer_cache_is_refused_before_loa
     def no_loading(*args, **kwargs):
         raise AssertionError("weights were loaded before the refusal")
 
-    monkeypatch.setattr(evaluate_module.FrozenTarget, "load", no_loading)
+    monkeypatch.setattr(FrozenTarget, "load", no_loading)
     with pytest.raises(UserError, match=r'NemotronHMamba2Mixer.*pip install -U "transformers>=5.24"'):
         run_evaluate(drafts("nemotron_h"), tiny_target("nemotron_h"), tmp_path / "r.json", benchmarks=["gsm8k"])
     assert not (tmp_path / "r.json").exists()
@@ -307,12 +306,10 @@ def test_hybrid_on_transformers_that_hides_the_mixer_cache_is_refused_before_loa
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed here")
 def test_vllm_measurement_without_vllm_is_refused_before_loading(tiny_target, drafts, prompts_file, tmp_path,
                                                                  capsys, monkeypatch):
-    from flashdraft.decoding import evaluate as evaluate_module
-
     def no_loading(*args, **kwargs):
         raise AssertionError("weights were loaded before the --vllm check")
 
-    monkeypatch.setattr(evaluate_module.FrozenTarget, "load", no_loading)
+    monkeypatch.setattr(FrozenTarget, "load", no_loading)
     report = tmp_path / "r.json"
     assert main(["evaluate", "--draft", str(drafts("qwen3")), "--target", str(tiny_target("qwen3")),
                  "--bench", str(prompts_file), "--output", str(report), "--vllm"]) == 2

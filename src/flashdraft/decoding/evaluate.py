@@ -15,10 +15,8 @@ saved as they finish, and an interrupted evaluation, run again, resumes (`partia
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -29,29 +27,15 @@ from flashdraft.data.sampling import Sampling
 from flashdraft.decoding import metrics, vllm_measure
 from flashdraft.decoding.benchmarks import Benchmark, load_benchmark
 from flashdraft.decoding.decoding import Generation, generate
+from flashdraft.decoding.harness import DecodingHarness, check_pair
 from flashdraft.decoding.memory_floor import copy_bandwidth, floor_ms, speculative_step_bytes, target_step_bytes
 from flashdraft.decoding.partial_report import PartialReport, fingerprint
 from flashdraft.decoding.plots import plot
 from flashdraft.decoding.prompt_lookup import prompt_lookup
-from flashdraft.decoding.proposers import DraftProposer
-from flashdraft.decoding.target_runner import TargetRunner, check_target
 from flashdraft.errors import UserError
 from flashdraft.files import check_output_file, write_json
-from flashdraft.model import DFlashDraftModel
-from flashdraft.model.check import check_draft, read_draft_config
-from flashdraft.target.compiled_layers import CompiledLayers, compiles_by_default
 from flashdraft.target.fast_path import fast_path_status
-from flashdraft.target.flex_decode import FlexDecodeAttention, flex_decodes
-from flashdraft.target.frozen import FrozenTarget, decoder_layers
-from flashdraft.target.fused_projections import FusedProjections
-from flashdraft.target.source import (
-    check_draft_fits,
-    check_weights,
-    load_target_config,
-    load_tokenizer,
-    source_of,
-)
-from flashdraft.target.step_graphs import StepGraphs
+from flashdraft.target.source import load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -75,17 +59,6 @@ def ieee_float32_dots() -> None:
     precision and flip near-ties; IEEE float32 dots keep them within rounding.
     """
     os.environ.setdefault("TRITON_F32_DEFAULT", "ieee")
-
-
-def target_attention(dtype: torch.dtype, device: torch.device) -> str:
-    """The target's attention implementation for the decoding loops: eager for float32 on a GPU, else sdpa.
-
-    sdpa has no flash kernel for float32, and its memory-efficient one gives a one-token step a single
-    block per head over the whole static cache: 66 us a layer on an H200 (SmolLM2 shape, ~800 cached
-    positions; bf16 flash: 5 us), most of a float32 step. Eager attention is two matmuls and a softmax,
-    which the compiled layers fuse.
-    """
-    return "eager" if dtype == torch.float32 and device.type == "cuda" else "sdpa"
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
@@ -149,13 +122,7 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
     params = Sampling(evaluation.temperature, evaluation.top_p, evaluation.top_k)
     trust_remote_code = target.trust_remote_code
     # Everything that can be wrong with the inputs is checked before any weights are loaded.
-    draft_config = read_draft_config(draft, "evaluate.draft")
-    source = source_of(target)
-    check_weights(source)
-    target_config = load_target_config(source, trust_remote_code=trust_remote_code)
-    check_draft_fits(draft_config, target_config)
-    check_draft(draft, "evaluate.draft")  # whole weights of the right shapes, before anything loads
-    check_target(target_config)
+    source, draft_config, target_config = check_pair(target, Path(draft), "evaluate.draft")
     if evaluation.vllm:
         vllm_measure.require_vllm()
         if source.gguf_file:
@@ -175,13 +142,7 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
         ieee_float32_dots()
     torch.manual_seed(seed)
 
-    attention = target_attention(torch_dtype, torch_device)
-    frozen = FrozenTarget.load(source, dtype=torch_dtype, device=torch_device, trust_remote_code=trust_remote_code,
-                               attn_implementation=attention)
     tokenizer = load_tokenizer(source, trust_remote_code=trust_remote_code)
-    draft_model = DFlashDraftModel.from_pretrained(str(draft), dtype=torch_dtype).to(torch_device).eval()
-    model = frozen.model
-    stops = stop_token_ids(tokenizer, model)
     encoded = {
         b.name: [torch.tensor([encode(tokenizer, m, evaluation.thinking)], device=torch_device) for m in b.prompts]
         for b in suite
@@ -193,30 +154,15 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
     done = PartialReport(output, fingerprint(settings_key, Path(draft), encoded))
     longest = max(ids.shape[1] for prompts in encoded.values() for ids in prompts)
     max_len = longest + max_new_tokens + block + 1
-    spec_runner = TargetRunner(model, draft_model.target_layer_ids, max_len)
-    plain_runner = TargetRunner(model, [], max_len)
-    proposer = DraftProposer(draft_model, frozen.embedding, frozen.lm_head, block)
-    hybrid = spec_runner.recurrent is not None
-    compiled = compiles_by_default(torch_device, hybrid) if evaluation.compile is None else evaluation.compile
-    # Our loops run the compiled layers, with the target's q/k/v and gate/up read by one matmul each and, on
-    # sdpa, the steps' attention as one flex-attention decoding kernel a layer where inductor has one for the
-    # target's head grouping (each measured faster on a GPU, RESULTS.md section 7); prompt lookup
-    # (transformers' generate, a growing cache) runs the eager layers.
-    fast_path = []
-    if compiled:
-        fast_path.append(FusedProjections(model))
-        if attention == "sdpa" and flex_decodes(model.config):
-            fast_path.append(FlexDecodeAttention(max_len, torch_device))
-        fast_path.append(CompiledLayers([*decoder_layers(model), *draft_model.layers], lengths={1, block}))
-
-    @contextlib.contextmanager
-    def our_layers() -> Iterator[None]:
-        with contextlib.ExitStack() as stack:
-            for part in fast_path:
-                stack.enter_context(part)
-            yield
-    spec_graphs = StepGraphs.for_device(torch_device, evaluation.cuda_graphs)
-    plain_graphs = StepGraphs.for_device(torch_device, evaluation.cuda_graphs)
+    # Prompt lookup (transformers' generate, a growing cache) runs outside the harness's fast path, on the
+    # eager layers.
+    harness = DecodingHarness.load(source, Path(draft), dtype=torch_dtype, device=torch_device,
+                                   trust_remote_code=trust_remote_code, max_len=max_len, block=block,
+                                   compile=evaluation.compile, cuda_graphs=evaluation.cuda_graphs)
+    model, spec_runner, plain_runner, proposer = (harness.model, harness.spec_runner, harness.plain_runner,
+                                                  harness.proposer)
+    spec_graphs, plain_graphs = harness.spec_graphs, harness.plain_graphs
+    stops = stop_token_ids(tokenizer, model)
     gen_spec = torch.Generator(torch_device).manual_seed(seed)
     gen_plain = torch.Generator(torch_device).manual_seed(seed)
     common = {"params": params, "stop_ids": stops}
@@ -224,7 +170,7 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
     # Warm-up (graph capture, allocator, kernels) outside the timed runs: a few steps of each loop.
     first = next(iter(encoded.values()))[0]
     warm = min(max_new_tokens, 3 * block)
-    with our_layers():
+    with harness.fast():
         generate(plain_runner, first, max_new_tokens=warm, graphs=plain_graphs, generator=gen_plain, params=params)
         generate(spec_runner, first, proposer=proposer, max_new_tokens=warm, graphs=spec_graphs,
                  generator=gen_spec, params=params)
@@ -232,7 +178,7 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
     # How fast a step could be on this device: the weight bytes it reads over the measured bandwidth.
     bandwidth = copy_bandwidth(torch_device)
     floors = {"plain": floor_ms(target_step_bytes(model), bandwidth),
-              "speculative": floor_ms(speculative_step_bytes(model, draft_model), bandwidth)}
+              "speculative": floor_ms(speculative_step_bytes(model, harness.draft), bandwidth)}
     results = {}
     for bench in suite:
         if bench.name in done.results:
@@ -242,7 +188,7 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
         gen_spec.manual_seed(seed)
         gen_plain.manual_seed(seed)
         spec, plain = [], []
-        with our_layers():
+        with harness.fast():
             for ids in tqdm(encoded[bench.name], desc=f"evaluate {bench.name}", unit="prompt"):
                 plain.append(generate(plain_runner, ids, max_new_tokens=max_new_tokens,
                                       graphs=plain_graphs, generator=gen_plain, **common))
@@ -276,13 +222,13 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
         "thinking": evaluation.thinking,
         "cuda_graphs": {"asked": evaluation.cuda_graphs, "speculative": spec_graphs.enabled,
                         "plain": plain_graphs.enabled},
-        "compiled": compiled,
-        "fused_projection_groups": fast_path[0].groups if fast_path else 0,
-        "flex_decode_attention": any(isinstance(part, FlexDecodeAttention) for part in fast_path),
-        "target_attention": attention,
+        "compiled": harness.compiled,
+        "fused_projection_groups": harness.fused_projection_groups,
+        "flex_decode_attention": harness.flex_decode_attention,
+        "target_attention": harness.attention,
         "copy_bandwidth_gb_s": bandwidth / 1e9,
         "floor_ms_per_step": floors,
-        "hybrid_target": hybrid,
+        "hybrid_target": harness.hybrid,
         # The Mamba-2 kernels decode and roll back too when they import; else the reference path.
         "target_fast_path": fast_path_status(target_config)["fast_path"],
         "stop_token_ids": sorted(stops),
@@ -291,7 +237,7 @@ def evaluate(target: TargetConfig, evaluation: EvaluateConfig) -> dict:
     }
     if evaluation.vllm:
         # vLLM takes the whole GPU: our loop's models go first.
-        del spec_runner, plain_runner, proposer, spec_graphs, plain_graphs, draft_model, model, frozen
+        del spec_runner, plain_runner, proposer, spec_graphs, plain_graphs, model, harness
         if torch_device.type == "cuda":
             torch.cuda.empty_cache()
         measured = vllm_measure.measure(

@@ -1,0 +1,236 @@
+"""Where a speculative decoding step's time goes: the draft's forward, the verify's, and the rest.
+
+`flashdraft evaluate` times whole steps, a draft + verify step against a plain one; on a small target the
+first costs several plain steps (RESULTS.md section 8: 3.3 against 1.4 ms on SmolLM2, bf16, one H100), so
+a draft pays only above that tau. This takes both steps apart on evaluate's own harness
+(`flashdraft.decoding.harness`: the target and the draft loaded as evaluate loads them, its compiled
+layers, fused projections, attention and CUDA graphs), on one prompt of random tokens:
+
+- the whole steps, from one sequence decoded by each loop (ms a step, prefill excluded; no stop token);
+- each part of a step on its own, `--repeats` times: the captured draft forward, block verify and
+  one-token forward, and the host-side glue between them (the drafts' argmax and the block's ids; the
+  acceptance and the step's one host sync). Two times each: back to back with one sync at the end (the
+  device's time, or the host's where issuing is slower) and alone, synced after every call (what the
+  part costs where the loop waits for it);
+- the remainder, the whole speculative step minus its parts back to back: time in no part, the host's
+  between the step's sync and the next step's launches.
+
+The tau does not matter here: a step's time does not depend on how much of the block is accepted.
+
+    python benchmarks/spec_step_breakdown.py --target SmolLM2-135M-Instruct.Q4_1.gguf --draft DRAFT \\
+        --prompt-len 1500 --out breakdown.json
+    # the same shapes with random weights (no GGUF to carry), written to a temporary folder and loaded alike
+    python benchmarks/spec_step_breakdown.py --random smollm2 --prompt-len 1500 --out breakdown.json
+    # CPU smoke run (tests): a tiny target and draft, float32
+    python benchmarks/spec_step_breakdown.py --target TINY --draft TINY_DRAFT --device cpu --prompt-len 16 \\
+        --new-tokens 12 --repeats 3 --out /tmp/breakdown.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import transformers
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # this checkout's flashdraft
+
+from flashdraft.config import TargetConfig  # noqa: E402
+from flashdraft.data.sampling import Sampling, choose  # noqa: E402
+from flashdraft.decoding.decoding import generate  # noqa: E402
+from flashdraft.decoding.evaluate import DTYPES, ieee_float32_dots, resolve_device, resolve_dtype  # noqa: E402
+from flashdraft.decoding.harness import DecodingHarness, check_pair  # noqa: E402
+from flashdraft.decoding.sampling import accept_greedy  # noqa: E402
+from flashdraft.errors import UserError  # noqa: E402
+from flashdraft.files import check_output_file, write_json  # noqa: E402
+from flashdraft.model import DFlashDraftConfig, DFlashDraftModel  # noqa: E402
+
+GREEDY = Sampling()
+# SmolLM2-135M-Instruct's sizes (its GGUF's metadata) and the smollm2_135m recipe's draft.
+SHAPES = {"smollm2": {"target": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                                     num_attention_heads=9, num_key_value_heads=3, head_dim=64,
+                                     max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=100000.0,
+                                     tie_word_embeddings=True),
+                      "draft": dict(num_layers=4, target_layer_ids=[1, 7, 14, 20, 27], block_size=16)}}
+
+
+def write_random_pair(shape: str, folder: Path) -> tuple[Path, Path]:
+    """A random Llama target of `shape` and a random draft for it, as HF folders: a step's time does not
+    depend on the weights."""
+    t, d = SHAPES[shape]["target"], SHAPES[shape]["draft"]
+    torch.manual_seed(0)
+    target = transformers.AutoModelForCausalLM.from_config(transformers.LlamaConfig(**t), dtype=torch.bfloat16)
+    target.save_pretrained(folder / "target")
+    draft = DFlashDraftModel(DFlashDraftConfig(
+        hidden_size=t["hidden_size"], vocab_size=t["vocab_size"], num_hidden_layers=d["num_layers"],
+        num_attention_heads=t["num_attention_heads"], num_key_value_heads=t["num_key_value_heads"],
+        head_dim=t["head_dim"], intermediate_size=t["intermediate_size"], rms_norm_eps=t["rms_norm_eps"],
+        max_position_embeddings=t["max_position_embeddings"],
+        rope_parameters={"rope_type": "default", "rope_theta": t["rope_theta"]},
+        num_target_layers=t["num_hidden_layers"],
+        dflash_config={"mask_token_id": t["vocab_size"] - 1, "target_layer_ids": d["target_layer_ids"],
+                       "block_size": d["block_size"]}))
+    draft.to(torch.bfloat16).save_pretrained(folder / "draft", safe_serialization=True)
+    return folder / "target", folder / "draft"
+
+
+def _sync(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def timed(fn: Callable[[], object], repeats: int, device: torch.device) -> dict:
+    """ms a call back to back (one sync at the end), ms to issue one, and ms a call synced after each."""
+    fn()
+    start = _sync(device)
+    for _ in range(repeats):
+        fn()
+    issued = time.perf_counter()
+    end = _sync(device)
+    alone = 0.0
+    for _ in range(repeats):
+        began = _sync(device)
+        fn()
+        alone += _sync(device) - began
+    return {"back_to_back_ms": 1000 * (end - start) / repeats, "issue_ms": 1000 * (issued - start) / repeats,
+            "alone_ms": 1000 * alone / repeats}
+
+
+def breakdown(harness: DecodingHarness, prompt: torch.Tensor, new_tokens: int, repeats: int) -> dict:
+    device, block = harness.spec_runner.device, harness.proposer.block_size
+    spec_runner, plain_runner, proposer = harness.spec_runner, harness.plain_runner, harness.proposer
+    spec_graphs, plain_graphs = harness.spec_graphs, harness.plain_graphs
+    with harness.fast():
+        # Warm-up: compilation, graph capture, allocator; then one timed sequence each.
+        generate(plain_runner, prompt, max_new_tokens=min(new_tokens, 3 * block), graphs=plain_graphs)
+        generate(spec_runner, prompt, proposer=proposer, max_new_tokens=min(new_tokens, 3 * block),
+                 graphs=spec_graphs)
+        plain = generate(plain_runner, prompt, max_new_tokens=new_tokens, graphs=plain_graphs)
+        spec = generate(spec_runner, prompt, proposer=proposer, max_new_tokens=new_tokens, graphs=spec_graphs)
+        whole = {"speculative_ms_per_step": 1000 * spec.decode_s / len(spec.emitted),
+                 "plain_ms_per_step": 1000 * plain.decode_s / plain.decode_tokens,
+                 "speculative_steps": len(spec.emitted), "plain_steps": plain.decode_tokens,
+                 "tau": spec.decode_tokens / len(spec.emitted),
+                 "equal_outputs": spec.tokens == plain.tokens}
+
+        # The inputs of a step after the first (its context: the features of a whole verified block), one
+        # block past the prompt; each step function sets its caches from its inputs, so repeats are alike.
+        position = torch.tensor(prompt.shape[1] + block, device=device)
+        anchor = torch.tensor([plain.tokens[0]], device=device)
+        valid = torch.tensor(block, device=device)
+        ids = anchor.repeat(block)[None]  # token values do not change a step's time
+        target_logits, context = spec_graphs.run("verify", spec_runner.forward, ids, position)
+        draft_logits = spec_graphs.run("draft", proposer.propose, anchor, position, context, valid)[0]
+        drafts = choose(draft_logits, GREEDY, None)[0]
+        plain_logits = plain_graphs.run("decode", plain_runner.forward, anchor.view(1, 1), position)[0]
+
+        def acceptance_and_sync():
+            accepted, bonus = accept_greedy(drafts, target_logits[0])
+            return torch.cat([accepted.view(1), drafts, bonus.view(1)]).tolist()
+
+        parts = {
+            "draft forward (graph)": lambda: spec_graphs.run("draft", proposer.propose, anchor, position, context,
+                                                             valid),
+            "drafts' argmax, block ids": lambda: torch.cat([anchor, choose(draft_logits, GREEDY, None)[0]])[None],
+            "verify forward (graph)": lambda: spec_graphs.run("verify", spec_runner.forward, ids, position),
+            "acceptance, host sync": acceptance_and_sync,
+            "plain forward (graph)": lambda: plain_graphs.run("decode", plain_runner.forward, anchor.view(1, 1),
+                                                              position),
+            "plain argmax, host sync": lambda: int(choose(plain_logits[0, -1], GREEDY, None)[0]),
+        }
+        times = {name: timed(fn, repeats, device) for name, fn in parts.items()}
+    spec_parts = ["draft forward (graph)", "drafts' argmax, block ids", "verify forward (graph)",
+                  "acceptance, host sync"]
+    in_parts = sum(times[name]["back_to_back_ms"] for name in spec_parts)
+    plain_parts = sum(times[name]["back_to_back_ms"] for name in ("plain forward (graph)", "plain argmax, host sync"))
+    return {"whole_steps": whole, "parts": times,
+            "speculative_step": {"in_parts_ms": in_parts, "remainder_ms": whole["speculative_ms_per_step"] - in_parts},
+            "plain_step": {"in_parts_ms": plain_parts, "remainder_ms": whole["plain_ms_per_step"] - plain_parts}}
+
+
+def measure(target: str, draft: Path, device: torch.device, dtype: torch.dtype, args: argparse.Namespace) -> dict:
+    source, draft_config, target_config = check_pair(TargetConfig(name_or_path=target), draft, "--draft")
+    if dtype == torch.float32:
+        ieee_float32_dots()
+    block = draft_config.block_size
+    if args.new_tokens < block:
+        raise UserError(f"--new-tokens is {args.new_tokens}, shorter than the draft's block of {block}; give at "
+                        f"least {block}")
+    max_len = args.prompt_len + args.new_tokens + block + 1
+    harness = DecodingHarness.load(source, draft, dtype=dtype, device=device, trust_remote_code=False,
+                                   max_len=max_len, block=block, compile=None, cuda_graphs=True)
+    generator = torch.Generator().manual_seed(args.seed)
+    # Token ids below 1024 fall in no tokenizer's special range at the end of the vocabulary.
+    prompt = torch.randint(0, min(target_config.vocab_size, 1024), (1, args.prompt_len), generator=generator)
+    result = breakdown(harness, prompt.to(device), args.new_tokens, args.repeats)
+    return {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "dtype": str(dtype).removeprefix("torch."), "block_size": block, "prompt_len": args.prompt_len,
+        "new_tokens": args.new_tokens, "repeats": args.repeats, "max_len": max_len, "random_weights": args.random,
+        "target_layers": target_config.num_hidden_layers, "draft_layers": draft_config.num_hidden_layers,
+        "harness": {"compiled": harness.compiled, "target_attention": harness.attention,
+                    "fused_projection_groups": harness.fused_projection_groups,
+                    "flex_decode_attention": harness.flex_decode_attention,
+                    "cuda_graphs": {"speculative": harness.spec_graphs.enabled,
+                                    "plain": harness.plain_graphs.enabled}},
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        **result,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", help="the target: a GGUF file, an HF folder or hub id")
+    parser.add_argument("--draft", help="a draft folder (flashdraft draft-init or train wrote it)")
+    parser.add_argument("--random", choices=sorted(SHAPES), help="in place of --target and --draft: random weights "
+                        "of this shape")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="auto", choices=["auto", *DTYPES],
+                        help="auto: bfloat16 on a GPU (the serving dtype), float32 on the CPU")
+    parser.add_argument("--prompt-len", type=int, default=512, help="random prompt tokens (sets the cache length)")
+    parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=200, help="calls of each part")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", required=True, help="JSON results file")
+    args = parser.parse_args(argv)
+    if args.random and (args.target or args.draft):
+        parser.error("--random stands in for --target and --draft; give one or the other")
+    if not args.random and not (args.target and args.draft):
+        parser.error("give --target and --draft (or --random SHAPE)")
+    command = " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])])
+    try:
+        for flag, value, least in (("--prompt-len", args.prompt_len, 1), ("--new-tokens", args.new_tokens, 2),
+                                   ("--repeats", args.repeats, 1)):
+            if value < least:
+                raise UserError(f"{flag} is {value}; give at least {least}")
+        out = check_output_file(args.out, "--out")
+        device = resolve_device(args.device)
+        dtype = resolve_dtype(args.dtype, device)
+        with tempfile.TemporaryDirectory() as scratch:
+            target, draft = (write_random_pair(args.random, Path(scratch)) if args.random
+                             else (args.target, Path(args.draft)))
+            report = measure(str(target), draft, device, dtype, args) | {"command": command}
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    write_json(out, report)
+    whole = report["whole_steps"]
+    print(f"speculative step {whole['speculative_ms_per_step']:.3f} ms, plain step {whole['plain_ms_per_step']:.3f} ms "
+          f"(ratio {whole['speculative_ms_per_step'] / whole['plain_ms_per_step']:.2f})")
+    for name, t in report["parts"].items():
+        print(f"  {name:28s} {t['back_to_back_ms']:8.3f} ms back to back, {t['issue_ms']:8.3f} to issue, "
+              f"{t['alone_ms']:8.3f} alone")
+    for step in ("speculative_step", "plain_step"):
+        print(f"{step}: {report[step]['in_parts_ms']:.3f} ms in its parts, {report[step]['remainder_ms']:.3f} ms in none")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

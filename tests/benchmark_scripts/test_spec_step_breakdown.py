@@ -1,0 +1,69 @@
+"""The step breakdown benchmark (CPU, tiny target): it decodes on evaluate's harness, times every part, and
+refuses bad input before loading anything."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from flashdraft.cli import main as cli
+from tiny_models import save_tiny_target
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "spec_step_breakdown.py"
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("spec_step_breakdown", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def draft_for(target: Path, out: Path) -> Path:
+    assert cli(["draft-init", "--target", str(target), "--output", str(out), "--num-layers", "1",
+                "--num-taps", "2", "--block-size", "4", "--seed", "1"]) == 0
+    return out
+
+
+def test_breakdown_decodes_on_the_harness_and_times_every_part(script, tiny_target, tmp_path):
+    torch.set_num_threads(1)
+    target = tiny_target("qwen3")
+    out = tmp_path / "breakdown.json"
+    assert script.main(["--target", str(target), "--draft", str(draft_for(target, tmp_path / "draft")),
+                        "--device", "cpu", "--prompt-len", "16", "--new-tokens", "12", "--repeats", "2",
+                        "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    whole = report["whole_steps"]
+    # float32 on the CPU: the speculative loop must give the plain loop's tokens, through the same harness.
+    assert whole["equal_outputs"] is True
+    assert whole["plain_steps"] == 11 and 1 <= whole["speculative_steps"] <= 11
+    assert whole["tau"] == pytest.approx(11 / whole["speculative_steps"])
+    assert set(report["parts"]) == {"draft forward (graph)", "drafts' argmax, block ids", "verify forward (graph)",
+                                    "acceptance, host sync", "plain forward (graph)", "plain argmax, host sync"}
+    for times in report["parts"].values():
+        assert times["back_to_back_ms"] > 0 and times["alone_ms"] > 0 and 0 < times["issue_ms"]
+    spec = report["speculative_step"]
+    assert spec["in_parts_ms"] + spec["remainder_ms"] == pytest.approx(whole["speculative_ms_per_step"])
+    assert report["harness"]["compiled"] is False and report["block_size"] == 4 and report["dtype"] == "float32"
+
+
+def test_a_draft_of_another_target_is_refused_before_loading(script, tiny_target, tmp_path, capsys):
+    other = save_tiny_target(tmp_path / "wider", "qwen3", hidden=96)
+    out = tmp_path / "breakdown.json"
+    assert script.main(["--target", str(tiny_target("qwen3")), "--draft", str(draft_for(other, tmp_path / "draft")),
+                        "--device", "cpu", "--out", str(out)]) == 2
+    assert "draft hidden size 96 != target hidden size 64" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_repeat_count_below_one_is_refused(script, tiny_target, tmp_path, capsys):
+    out = tmp_path / "breakdown.json"
+    assert script.main(["--target", str(tiny_target("qwen3")), "--draft", str(tmp_path / "nowhere"),
+                        "--repeats", "0", "--out", str(out)]) == 2
+    assert "--repeats is 0; give at least 1" in capsys.readouterr().err
+    assert not out.exists()
