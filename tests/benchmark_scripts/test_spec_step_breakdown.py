@@ -67,3 +67,24 @@ def test_a_repeat_count_below_one_is_refused(script, tiny_target, tmp_path, caps
                         "--repeats", "0", "--out", str(out)]) == 2
     assert "--repeats is 0; give at least 1" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_random_weights_of_smollm2s_shape_load_as_a_target_and_draft(script, tmp_path):
+    """`--random smollm2` (the GPU run's mode) writes a target and a draft that pass evaluate's checks and
+    decode on its harness: SmolLM2's 30 layers and the recipe's 4-layer, 16-token draft."""
+    torch.set_num_threads(2)
+    out = tmp_path / "breakdown.json"
+    assert script.main(["--random", "smollm2", "--device", "cpu", "--prompt-len", "4", "--new-tokens", "16",
+                        "--repeats", "1", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert (report["target_layers"], report["draft_layers"], report["block_size"]) == (30, 4, 16)
+    assert report["random_weights"] == "smollm2" and report["whole_steps"]["plain_steps"] == 15
+
+
+def test_fewer_new_tokens_than_a_block_is_refused(script, tiny_target, tmp_path, capsys):
+    target = tiny_target("qwen3")
+    out = tmp_path / "breakdown.json"
+    assert script.main(["--target", str(target), "--draft", str(draft_for(target, tmp_path / "draft")),
+                        "--device", "cpu", "--new-tokens", "3", "--out", str(out)]) == 2
+    assert "--new-tokens is 3, shorter than the draft's block of 4" in capsys.readouterr().err
+    assert not out.exists()
