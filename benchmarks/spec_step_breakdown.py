@@ -13,9 +13,13 @@ layers, fused projections, attention and CUDA graphs), on one prompt of random t
   device's time, or the host's where issuing is slower) and alone, synced after every call (what the
   part costs where the loop waits for it);
 - the remainder, the whole speculative step minus its parts back to back: time in no part, the host's
-  between the step's sync and the next step's launches.
+  between the step's sync and the next step's launches;
+- with `--profile CALLS`, the three captured forwards under torch.profiler: device events (kernels, copies)
+  a call and the top kernels by device time.
 
-The tau does not matter here: a step's time does not depend on how much of the block is accepted.
+The tau does not matter here: a step's time does not depend on how much of the block is accepted. It
+does depend on the block, which `--block` sets below the draft's (evaluate's `--block-size`): a draft that
+seldom has more than a few drafts accepted loses little tau to a shorter verify.
 
     python benchmarks/spec_step_breakdown.py --target SmolLM2-135M-Instruct.Q4_1.gguf --draft DRAFT \\
         --prompt-len 1500 --out breakdown.json
@@ -103,7 +107,27 @@ def timed(fn: Callable[[], object], repeats: int, device: torch.device) -> dict:
             "alone_ms": 1000 * alone / repeats}
 
 
-def breakdown(harness: DecodingHarness, prompt: torch.Tensor, new_tokens: int, repeats: int) -> dict:
+def profiled(fn: Callable[[], object], calls: int, device: torch.device, rows: int) -> dict:
+    """torch.profiler over `calls` calls: device events (kernels and copies, those inside replayed CUDA
+    graphs too) a call, and the top rows by device time (CPU time off the GPU)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    fn()
+    _sync(device)
+    with profile(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]) as prof:
+        for _ in range(calls):
+            fn()
+        _sync(device)
+    device_events = sum(1 for event in prof.events() if event.device_type == DeviceType.CUDA)
+    return {"calls": calls, "device_events_per_call": device_events / calls,
+            "top": prof.key_averages().table(sort_by="self_device_time_total" if cuda else "self_cpu_time_total",
+                                             row_limit=rows)}
+
+
+def breakdown(harness: DecodingHarness, prompt: torch.Tensor, new_tokens: int, repeats: int,
+              profile_calls: int = 0) -> dict:
     device, block = harness.spec_runner.device, harness.proposer.block_size
     spec_runner, plain_runner, proposer = harness.spec_runner, harness.plain_runner, harness.proposer
     spec_graphs, plain_graphs = harness.spec_graphs, harness.plain_graphs
@@ -146,11 +170,14 @@ def breakdown(harness: DecodingHarness, prompt: torch.Tensor, new_tokens: int, r
             "plain argmax, host sync": lambda: int(choose(plain_logits[0, -1], GREEDY, None)[0]),
         }
         times = {name: timed(fn, repeats, device) for name, fn in parts.items()}
+        # Which kernels the captured steps run, where their times differ more than their layers do.
+        profiles = {name: profiled(parts[name], profile_calls, device, rows=30) for name in parts
+                    if profile_calls and "(graph)" in name}
     spec_parts = ["draft forward (graph)", "drafts' argmax, block ids", "verify forward (graph)",
                   "acceptance, host sync"]
     in_parts = sum(times[name]["back_to_back_ms"] for name in spec_parts)
     plain_parts = sum(times[name]["back_to_back_ms"] for name in ("plain forward (graph)", "plain argmax, host sync"))
-    return {"whole_steps": whole, "parts": times,
+    return {"whole_steps": whole, "parts": times, "profiles": profiles,
             "speculative_step": {"in_parts_ms": in_parts, "remainder_ms": whole["speculative_ms_per_step"] - in_parts},
             "plain_step": {"in_parts_ms": plain_parts, "remainder_ms": whole["plain_ms_per_step"] - plain_parts}}
 
@@ -159,7 +186,10 @@ def measure(target: str, draft: Path, device: torch.device, dtype: torch.dtype, 
     source, draft_config, target_config = check_pair(TargetConfig(name_or_path=target), draft, "--draft")
     if dtype == torch.float32:
         ieee_float32_dots()
-    block = draft_config.block_size
+    block = args.block or draft_config.block_size
+    if not 2 <= block <= draft_config.block_size:
+        raise UserError(f"--block {block} is outside 2..{draft_config.block_size}: the draft was trained for blocks "
+                        f"of {draft_config.block_size}")
     if args.new_tokens < block:
         raise UserError(f"--new-tokens is {args.new_tokens}, shorter than the draft's block of {block}; give at "
                         f"least {block}")
@@ -169,11 +199,11 @@ def measure(target: str, draft: Path, device: torch.device, dtype: torch.dtype, 
     generator = torch.Generator().manual_seed(args.seed)
     # Token ids below 1024 fall in no tokenizer's special range at the end of the vocabulary.
     prompt = torch.randint(0, min(target_config.vocab_size, 1024), (1, args.prompt_len), generator=generator)
-    result = breakdown(harness, prompt.to(device), args.new_tokens, args.repeats)
+    result = breakdown(harness, prompt.to(device), args.new_tokens, args.repeats, args.profile)
     return {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-        "dtype": str(dtype).removeprefix("torch."), "block_size": block, "prompt_len": args.prompt_len,
-        "new_tokens": args.new_tokens, "repeats": args.repeats, "max_len": max_len, "random_weights": args.random,
+        "dtype": str(dtype).removeprefix("torch."), "block_size": block, "draft_block_size": draft_config.block_size,
+        "prompt_len": args.prompt_len, "new_tokens": args.new_tokens, "repeats": args.repeats, "max_len": max_len, "random_weights": args.random,
         "target_layers": target_config.num_hidden_layers, "draft_layers": draft_config.num_hidden_layers,
         "harness": {"compiled": harness.compiled, "target_attention": harness.attention,
                     "fused_projection_groups": harness.fused_projection_groups,
@@ -191,12 +221,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draft", help="a draft folder (flashdraft draft-init or train wrote it)")
     parser.add_argument("--random", choices=sorted(SHAPES), help="in place of --target and --draft: random weights "
                         "of this shape")
+    parser.add_argument("--block", type=int, default=None,
+                        help="tokens a step verifies (evaluate's --block-size): default the draft's block")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto", choices=["auto", *DTYPES],
                         help="auto: bfloat16 on a GPU (the serving dtype), float32 on the CPU")
     parser.add_argument("--prompt-len", type=int, default=512, help="random prompt tokens (sets the cache length)")
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=200, help="calls of each part")
+    parser.add_argument("--profile", type=int, default=0, metavar="CALLS",
+                        help="also profile this many calls of each captured forward: kernels a call, top kernels")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="JSON results file")
     args = parser.parse_args(argv)
@@ -207,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])])
     try:
         for flag, value, least in (("--prompt-len", args.prompt_len, 1), ("--new-tokens", args.new_tokens, 2),
-                                   ("--repeats", args.repeats, 1)):
+                                   ("--repeats", args.repeats, 1), ("--profile", args.profile, 0)):
             if value < least:
                 raise UserError(f"{flag} is {value}; give at least {least}")
         out = check_output_file(args.out, "--out")
@@ -227,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, t in report["parts"].items():
         print(f"  {name:28s} {t['back_to_back_ms']:8.3f} ms back to back, {t['issue_ms']:8.3f} to issue, "
               f"{t['alone_ms']:8.3f} alone")
+    for name, profile in report["profiles"].items():
+        print(f"{name}: {profile['device_events_per_call']:.0f} device events a call\n{profile['top']}")
     for step in ("speculative_step", "plain_step"):
         print(f"{step}: {report[step]['in_parts_ms']:.3f} ms in its parts, {report[step]['remainder_ms']:.3f} ms in none")
     return 0

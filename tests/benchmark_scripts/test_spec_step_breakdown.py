@@ -36,7 +36,7 @@ def test_breakdown_decodes_on_the_harness_and_times_every_part(script, tiny_targ
     out = tmp_path / "breakdown.json"
     assert script.main(["--target", str(target), "--draft", str(draft_for(target, tmp_path / "draft")),
                         "--device", "cpu", "--prompt-len", "16", "--new-tokens", "12", "--repeats", "2",
-                        "--out", str(out)]) == 0
+                        "--profile", "2", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     whole = report["whole_steps"]
     # float32 on the CPU: the speculative loop must give the plain loop's tokens, through the same harness.
@@ -47,6 +47,10 @@ def test_breakdown_decodes_on_the_harness_and_times_every_part(script, tiny_targ
                                     "acceptance, host sync", "plain forward (graph)", "plain argmax, host sync"}
     for times in report["parts"].values():
         assert times["back_to_back_ms"] > 0 and times["alone_ms"] > 0 and 0 < times["issue_ms"]
+    # Profiled: the three captured forwards, each with its table of ops (on the CPU, no device events).
+    assert set(report["profiles"]) == {"draft forward (graph)", "verify forward (graph)", "plain forward (graph)"}
+    for profile in report["profiles"].values():
+        assert profile["calls"] == 2 and profile["device_events_per_call"] == 0 and "aten::" in profile["top"]
     spec = report["speculative_step"]
     assert spec["in_parts_ms"] + spec["remainder_ms"] == pytest.approx(whole["speculative_ms_per_step"])
     assert report["harness"]["compiled"] is False and report["block_size"] == 4 and report["dtype"] == "float32"
@@ -87,4 +91,22 @@ def test_fewer_new_tokens_than_a_block_is_refused(script, tiny_target, tmp_path,
     assert script.main(["--target", str(target), "--draft", str(draft_for(target, tmp_path / "draft")),
                         "--device", "cpu", "--new-tokens", "3", "--out", str(out)]) == 2
     assert "--new-tokens is 3, shorter than the draft's block of 4" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_shorter_verify_block_is_timed_and_one_past_the_drafts_is_refused(script, tiny_target, tmp_path, capsys):
+    torch.set_num_threads(1)
+    target = tiny_target("qwen3")
+    draft = draft_for(target, tmp_path / "draft")
+    out = tmp_path / "breakdown.json"
+    common = ["--target", str(target), "--draft", str(draft), "--device", "cpu", "--prompt-len", "8",
+              "--new-tokens", "8", "--repeats", "1", "--out", str(out)]
+    assert script.main([*common, "--block", "2"]) == 0
+    report = json.loads(out.read_text())
+    assert (report["block_size"], report["draft_block_size"]) == (2, 4)
+    # Verifying one draft a step, the speculative loop still decodes the plain loop's tokens.
+    assert report["whole_steps"]["equal_outputs"] is True and report["whole_steps"]["tau"] <= 2
+    out.unlink()
+    assert script.main([*common, "--block", "5"]) == 2
+    assert "--block 5 is outside 2..4" in capsys.readouterr().err
     assert not out.exists()
