@@ -33,6 +33,7 @@ seldom has more than a few drafts accepted loses little tau to a shorter verify.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import platform
 import sys
 import tempfile
@@ -45,7 +46,7 @@ import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # this checkout's flashdraft
 
-from flashdraft.config import TargetConfig  # noqa: E402
+from flashdraft.config import TargetConfig, load_config  # noqa: E402
 from flashdraft.data.sampling import Sampling, choose  # noqa: E402
 from flashdraft.decoding.decoding import generate  # noqa: E402
 from flashdraft.decoding.evaluate import DTYPES, ieee_float32_dots, resolve_device, resolve_dtype  # noqa: E402
@@ -53,33 +54,24 @@ from flashdraft.decoding.harness import DecodingHarness, check_pair  # noqa: E40
 from flashdraft.decoding.sampling import accept_greedy  # noqa: E402
 from flashdraft.errors import UserError  # noqa: E402
 from flashdraft.files import check_output_file, write_json  # noqa: E402
-from flashdraft.model import DFlashDraftConfig, DFlashDraftModel  # noqa: E402
+from flashdraft.model.build import build_draft_config, new_draft  # noqa: E402
 
 GREEDY = Sampling()
-# SmolLM2-135M-Instruct's sizes (its GGUF's metadata) and the smollm2_135m recipe's draft.
-SHAPES = {"smollm2": {"target": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                                     num_attention_heads=9, num_key_value_heads=3, head_dim=64,
-                                     max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=100000.0,
-                                     tie_word_embeddings=True),
-                      "draft": dict(num_layers=4, target_layer_ids=[1, 7, 14, 20, 27], block_size=16)}}
+# SmolLM2-135M-Instruct's sizes (its GGUF's metadata), drafted by the recipe of that name.
+SHAPES = {"smollm2": (dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                           num_attention_heads=9, num_key_value_heads=3, head_dim=64, max_position_embeddings=8192,
+                           rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True), "smollm2_135m")}
 
 
 def write_random_pair(shape: str, folder: Path) -> tuple[Path, Path]:
-    """A random Llama target of `shape` and a random draft for it, as HF folders: a step's time does not
-    depend on the weights."""
-    t, d = SHAPES[shape]["target"], SHAPES[shape]["draft"]
+    """A random Llama target of `shape` and a random draft for it as its recipe builds one (the MASK id the
+    last row: no tokenizer here), as HF folders: a step's time does not depend on the weights."""
+    sizes, recipe = SHAPES[shape]
     torch.manual_seed(0)
-    target = transformers.AutoModelForCausalLM.from_config(transformers.LlamaConfig(**t), dtype=torch.bfloat16)
+    target = transformers.AutoModelForCausalLM.from_config(transformers.LlamaConfig(**sizes), dtype=torch.bfloat16)
     target.save_pretrained(folder / "target")
-    draft = DFlashDraftModel(DFlashDraftConfig(
-        hidden_size=t["hidden_size"], vocab_size=t["vocab_size"], num_hidden_layers=d["num_layers"],
-        num_attention_heads=t["num_attention_heads"], num_key_value_heads=t["num_key_value_heads"],
-        head_dim=t["head_dim"], intermediate_size=t["intermediate_size"], rms_norm_eps=t["rms_norm_eps"],
-        max_position_embeddings=t["max_position_embeddings"],
-        rope_parameters={"rope_type": "default", "rope_theta": t["rope_theta"]},
-        num_target_layers=t["num_hidden_layers"],
-        dflash_config={"mask_token_id": t["vocab_size"] - 1, "target_layer_ids": d["target_layer_ids"],
-                       "block_size": d["block_size"]}))
+    section = dataclasses.replace(load_config(recipe).draft, mask_token_id=sizes["vocab_size"] - 1)
+    draft = new_draft(build_draft_config(section, target.config, tokenizer=None), seed=0)
     draft.to(torch.bfloat16).save_pretrained(folder / "draft", safe_serialization=True)
     return folder / "target", folder / "draft"
 

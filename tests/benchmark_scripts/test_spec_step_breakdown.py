@@ -3,8 +3,8 @@ refuses bad input before loading anything."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,15 +13,9 @@ import torch
 from flashdraft.cli import main as cli
 from tiny_models import save_tiny_target
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "spec_step_breakdown.py"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-
-@pytest.fixture(scope="module")
-def script():
-    spec = importlib.util.spec_from_file_location("spec_step_breakdown", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+import spec_step_breakdown as script  # noqa: E402
 
 
 def draft_for(target: Path, out: Path) -> Path:
@@ -30,7 +24,7 @@ def draft_for(target: Path, out: Path) -> Path:
     return out
 
 
-def test_breakdown_decodes_on_the_harness_and_times_every_part(script, tiny_target, tmp_path):
+def test_breakdown_decodes_on_the_harness_and_times_every_part(tiny_target, tmp_path):
     torch.set_num_threads(1)
     target = tiny_target("qwen3")
     out = tmp_path / "breakdown.json"
@@ -56,7 +50,7 @@ def test_breakdown_decodes_on_the_harness_and_times_every_part(script, tiny_targ
     assert report["harness"]["compiled"] is False and report["block_size"] == 4 and report["dtype"] == "float32"
 
 
-def test_a_draft_of_another_target_is_refused_before_loading(script, tiny_target, tmp_path, capsys):
+def test_a_draft_of_another_target_is_refused_before_loading(tiny_target, tmp_path, capsys):
     other = save_tiny_target(tmp_path / "wider", "qwen3", hidden=96)
     out = tmp_path / "breakdown.json"
     assert script.main(["--target", str(tiny_target("qwen3")), "--draft", str(draft_for(other, tmp_path / "draft")),
@@ -65,7 +59,7 @@ def test_a_draft_of_another_target_is_refused_before_loading(script, tiny_target
     assert not out.exists()
 
 
-def test_a_repeat_count_below_one_is_refused(script, tiny_target, tmp_path, capsys):
+def test_a_repeat_count_below_one_is_refused(tiny_target, tmp_path, capsys):
     out = tmp_path / "breakdown.json"
     assert script.main(["--target", str(tiny_target("qwen3")), "--draft", str(tmp_path / "nowhere"),
                         "--repeats", "0", "--out", str(out)]) == 2
@@ -73,7 +67,7 @@ def test_a_repeat_count_below_one_is_refused(script, tiny_target, tmp_path, caps
     assert not out.exists()
 
 
-def test_random_weights_of_smollm2s_shape_load_as_a_target_and_draft(script, tmp_path):
+def test_random_weights_of_smollm2s_shape_load_as_a_target_and_draft(tmp_path):
     """`--random smollm2` (the GPU run's mode) writes a target and a draft that pass evaluate's checks and
     decode on its harness: SmolLM2's 30 layers and the recipe's 4-layer, 16-token draft."""
     torch.set_num_threads(2)
@@ -85,7 +79,7 @@ def test_random_weights_of_smollm2s_shape_load_as_a_target_and_draft(script, tmp
     assert report["random_weights"] == "smollm2" and report["whole_steps"]["plain_steps"] == 15
 
 
-def test_fewer_new_tokens_than_a_block_is_refused(script, tiny_target, tmp_path, capsys):
+def test_fewer_new_tokens_than_a_block_is_refused(tiny_target, tmp_path, capsys):
     target = tiny_target("qwen3")
     out = tmp_path / "breakdown.json"
     assert script.main(["--target", str(target), "--draft", str(draft_for(target, tmp_path / "draft")),
@@ -94,7 +88,7 @@ def test_fewer_new_tokens_than_a_block_is_refused(script, tiny_target, tmp_path,
     assert not out.exists()
 
 
-def test_a_shorter_verify_block_is_timed_and_one_past_the_drafts_is_refused(script, tiny_target, tmp_path, capsys):
+def test_a_shorter_verify_block_is_timed_and_one_past_the_drafts_is_refused(tiny_target, tmp_path, capsys):
     torch.set_num_threads(1)
     target = tiny_target("qwen3")
     draft = draft_for(target, tmp_path / "draft")
