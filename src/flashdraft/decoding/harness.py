@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -65,7 +65,7 @@ class DecodingHarness:
     spec_graphs: StepGraphs
     plain_graphs: StepGraphs
     compiled: bool
-    fast_path: list = field(default_factory=list)
+    fast_path: list
 
     @property
     def model(self) -> nn.Module:
