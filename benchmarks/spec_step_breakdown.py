@@ -15,7 +15,13 @@ layers, fused projections, attention and CUDA graphs), on one prompt of random t
 - the remainder, the whole speculative step minus its parts back to back: time in no part, the host's
   between the step's sync and the next step's launches;
 - with `--profile CALLS`, the three captured forwards under torch.profiler: device events (kernels, copies)
-  a call and the top kernels by device time.
+  a call and the top kernels by device time;
+- on a GPU, each step's graph shape (nodes by kind, edges, whether one chain): captured once more into a
+  graph that keeps its node list, read with the CUDA driver API. A chain launches in constant time; the
+  first run here found the verify's launch holding the host as long as the GPU ran it.
+
+`--sdpa-backend` forces one attention kernel for all of it (the steps pass a boolean mask, so flash is out
+on GPUs): which kernel the 16-query steps take is a suspect for both the verify's time and its shape.
 
 The tau does not matter here: a step's time does not depend on how much of the block is accepted. It
 does depend on the block, which `--block` sets below the draft's (evaluate's `--block-size`): a draft that
@@ -33,16 +39,20 @@ seldom has more than a few drafts accepted loses little tau to a shorter verify.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import dataclasses
 import platform
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 import transformers
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # this checkout's flashdraft
 
@@ -57,6 +67,8 @@ from flashdraft.files import check_output_file, write_json  # noqa: E402
 from flashdraft.model.build import build_draft_config, new_draft  # noqa: E402
 
 GREEDY = Sampling()
+SDPA_BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                 "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
 # SmolLM2-135M-Instruct's sizes (its GGUF's metadata), drafted by the recipe of that name.
 SHAPES = {"smollm2": (dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
                            num_attention_heads=9, num_key_value_heads=3, head_dim=64, max_position_embeddings=8192,
@@ -118,6 +130,66 @@ def profiled(fn: Callable[[], object], calls: int, device: torch.device, rows: i
                                              row_limit=rows)}
 
 
+# CUgraphNodeType, in the CUDA driver API's order.
+NODE_TYPES = ("kernel", "memcpy", "memset", "host", "child graph", "empty", "event wait", "event record",
+              "semaphore signal", "semaphore wait", "memory alloc", "memory free", "batch memory op", "conditional")
+
+
+def structure(types: Sequence[int], edges: Sequence[tuple[int, int]]) -> dict:
+    """Node count, kinds and shape of a graph given each node's CUgraphNodeType and its edges (node indices).
+    `straight_line`: one chain, each node depending on the one before, the shape CUDA launches in constant
+    time since 12.x (NVIDIA: "constant time launch for straight-line CUDA graphs"); a launch of another shape
+    may cost host time per node."""
+    into, out = Counter(b for _, b in edges), Counter(a for a, _ in edges)
+    straight = len(types) <= 1 or (len(edges) == len(types) - 1 and max(into.values()) == 1 == max(out.values()))
+    return {"nodes": len(types), "edges": len(edges), "roots": len(types) - len(into),
+            "most_dependencies": max(into.values(), default=0), "most_dependents": max(out.values(), default=0),
+            "straight_line": straight,
+            "node_types": dict(Counter(NODE_TYPES[t] if t < len(NODE_TYPES) else f"type {t}" for t in types))}
+
+
+def _driver_graph(handle: int) -> tuple[list[int], list[tuple[int, int]]]:
+    """Each node's type and the edges of the CUDA graph `handle` (a cudaGraph_t), read with the driver API."""
+    driver = ctypes.CDLL("libcuda.so.1")
+
+    def check(result: int, call: str) -> None:
+        if result != 0:
+            raise RuntimeError(f"{call} returned CUresult {result}")
+
+    graph, count = ctypes.c_void_p(handle), ctypes.c_size_t(0)
+    check(driver.cuGraphGetNodes(graph, None, ctypes.byref(count)), "cuGraphGetNodes")
+    nodes = (ctypes.c_void_p * count.value)()
+    check(driver.cuGraphGetNodes(graph, nodes, ctypes.byref(count)), "cuGraphGetNodes")
+    index = {node: i for i, node in enumerate(nodes)}
+    types = []
+    for node in nodes:
+        kind = ctypes.c_int(0)
+        check(driver.cuGraphNodeGetType(ctypes.c_void_p(node), ctypes.byref(kind)), "cuGraphNodeGetType")
+        types.append(kind.value)
+    # CUDA 12.3+ has the _v2 call (edge data too: 8 bytes an edge); the older one takes no edge data.
+    versioned = hasattr(driver, "cuGraphGetEdges_v2")
+    get_edges = driver.cuGraphGetEdges_v2 if versioned else driver.cuGraphGetEdges
+    extra = (None,) if versioned else ()
+    edges = ctypes.c_size_t(0)
+    check(get_edges(graph, None, None, *extra, ctypes.byref(edges)), "cuGraphGetEdges")
+    sources, targets = (ctypes.c_void_p * edges.value)(), (ctypes.c_void_p * edges.value)()
+    data = ((ctypes.c_uint8 * (8 * edges.value))(),) if versioned else ()
+    check(get_edges(graph, sources, targets, *data, ctypes.byref(edges)), "cuGraphGetEdges")
+    return types, [(index[a], index[b]) for a, b in zip(sources, targets)]
+
+
+def captured_structure(fn: Callable[[], object]) -> dict:
+    """Capture `fn` (a step function, warm) once more into a graph that keeps its node list, and read its
+    structure: the graphs the loops replay are instantiated and their node lists dropped."""
+    try:
+        graph = torch.cuda.CUDAGraph(keep_graph=True)
+        with torch.cuda.graph(graph):
+            fn()
+        return structure(*_driver_graph(graph.raw_cuda_graph()))
+    except (RuntimeError, TypeError, OSError, AttributeError) as err:  # an older torch or driver: say so
+        return {"error": f"{type(err).__name__}: {err}"}
+
+
 def breakdown(harness: DecodingHarness, prompt: torch.Tensor, new_tokens: int, repeats: int,
               profile_calls: int = 0) -> dict:
     device, block = harness.spec_runner.device, harness.proposer.block_size
@@ -165,13 +237,31 @@ def breakdown(harness: DecodingHarness, prompt: torch.Tensor, new_tokens: int, r
         # Which kernels the captured steps run, where their times differ more than their layers do.
         profiles = {name: profiled(parts[name], profile_calls, device, rows=30) for name in parts
                     if profile_calls and "(graph)" in name}
+        # The captured steps' shapes: a graph that is not one chain of nodes launches in time per node.
+        graphs = {} if device.type != "cuda" else {
+            "draft": captured_structure(lambda: proposer.propose(anchor, position, context, valid)),
+            "verify": captured_structure(lambda: spec_runner.forward(ids, position)),
+            "plain": captured_structure(lambda: plain_runner.forward(anchor.view(1, 1), position))}
     spec_parts = ["draft forward (graph)", "drafts' argmax, block ids", "verify forward (graph)",
                   "acceptance, host sync"]
     in_parts = sum(times[name]["back_to_back_ms"] for name in spec_parts)
     plain_parts = sum(times[name]["back_to_back_ms"] for name in ("plain forward (graph)", "plain argmax, host sync"))
-    return {"whole_steps": whole, "parts": times, "profiles": profiles,
+    return {"whole_steps": whole, "parts": times, "profiles": profiles, "graphs": graphs,
             "speculative_step": {"in_parts_ms": in_parts, "remainder_ms": whole["speculative_ms_per_step"] - in_parts},
             "plain_step": {"in_parts_ms": plain_parts, "remainder_ms": whole["plain_ms_per_step"] - plain_parts}}
+
+
+def check_sdpa_backend(name: str, device: torch.device, dtype: torch.dtype) -> None:
+    """The forced backend runs a masked attention of this device and dtype (the steps pass a boolean mask)."""
+    query = torch.zeros(1, 2, 2, 64, device=device, dtype=dtype)
+    mask = torch.ones(1, 1, 2, 4, device=device, dtype=torch.bool)
+    try:
+        with sdpa_kernel([SDPA_BACKENDS[name]]):
+            torch.nn.functional.scaled_dot_product_attention(query, query.repeat(1, 1, 2, 1),
+                                                             query.repeat(1, 1, 2, 1), attn_mask=mask)
+    except RuntimeError as err:
+        raise UserError(f"--sdpa-backend {name} has no kernel for a masked {str(dtype).removeprefix('torch.')} "
+                        f"attention on {device.type} ({err}); pick another backend or leave it unset") from err
 
 
 def measure(target: str, draft: Path, device: torch.device, dtype: torch.dtype, args: argparse.Namespace) -> dict:
@@ -191,12 +281,15 @@ def measure(target: str, draft: Path, device: torch.device, dtype: torch.dtype, 
     generator = torch.Generator().manual_seed(args.seed)
     # Token ids below 1024 fall in no tokenizer's special range at the end of the vocabulary.
     prompt = torch.randint(0, min(target_config.vocab_size, 1024), (1, args.prompt_len), generator=generator)
-    result = breakdown(harness, prompt.to(device), args.new_tokens, args.repeats, args.profile)
+    # A forced sdpa backend is in force from the first (compiling, capturing) call on.
+    backend = sdpa_kernel([SDPA_BACKENDS[args.sdpa_backend]]) if args.sdpa_backend else contextlib.nullcontext()
+    with backend:
+        result = breakdown(harness, prompt.to(device), args.new_tokens, args.repeats, args.profile)
     return {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
         "dtype": str(dtype).removeprefix("torch."), "block_size": block, "draft_block_size": draft_config.block_size,
         "prompt_len": args.prompt_len, "new_tokens": args.new_tokens, "repeats": args.repeats, "max_len": max_len, "random_weights": args.random,
-        "target_layers": target_config.num_hidden_layers, "draft_layers": draft_config.num_hidden_layers,
+        "sdpa_backend": args.sdpa_backend or "torch's choice", "target_layers": target_config.num_hidden_layers, "draft_layers": draft_config.num_hidden_layers,
         "harness": {"compiled": harness.compiled, "target_attention": harness.attention,
                     "fused_projection_groups": harness.fused_projection_groups,
                     "flex_decode_attention": harness.flex_decode_attention,
@@ -215,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
                         "of this shape")
     parser.add_argument("--block", type=int, default=None,
                         help="tokens a step verifies (evaluate's --block-size): default the draft's block")
+    parser.add_argument("--sdpa-backend", choices=sorted(SDPA_BACKENDS),
+                        help="force one sdpa kernel for the steps' attention (default: torch's choice)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto", choices=["auto", *DTYPES],
                         help="auto: bfloat16 on a GPU (the serving dtype), float32 on the CPU")
@@ -239,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
         out = check_output_file(args.out, "--out")
         device = resolve_device(args.device)
         dtype = resolve_dtype(args.dtype, device)
+        if args.sdpa_backend:
+            check_sdpa_backend(args.sdpa_backend, device, dtype)
         with tempfile.TemporaryDirectory() as scratch:
             target, draft = (write_random_pair(args.random, Path(scratch)) if args.random
                              else (args.target, Path(args.draft)))
@@ -255,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{t['alone_ms']:8.3f} alone")
     for name, profile in report["profiles"].items():
         print(f"{name}: {profile['device_events_per_call']:.0f} device events a call\n{profile['top']}")
+    for name, shape in report["graphs"].items():
+        print(f"{name} graph: {shape}")
     for step in ("speculative_step", "plain_step"):
         print(f"{step}: {report[step]['in_parts_ms']:.3f} ms in its parts, {report[step]['remainder_ms']:.3f} ms in none")
     return 0
