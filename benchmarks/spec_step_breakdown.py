@@ -148,9 +148,10 @@ def structure(types: Sequence[int], edges: Sequence[tuple[int, int]]) -> dict:
             "node_types": dict(Counter(NODE_TYPES[t] if t < len(NODE_TYPES) else f"type {t}" for t in types))}
 
 
-def _driver_graph(handle: int) -> tuple[list[int], list[tuple[int, int]]]:
-    """Each node's type and the edges of the CUDA graph `handle` (a cudaGraph_t), read with the driver API."""
-    driver = ctypes.CDLL("libcuda.so.1")
+def driver_graph(handle: int, driver=None) -> tuple[list[int], list[tuple[int, int]]]:
+    """Each node's type and the edges of the CUDA graph `handle` (a cudaGraph_t), read with the driver API
+    (`driver`: libcuda, or a stand-in in the tests)."""
+    driver = driver or ctypes.CDLL("libcuda.so.1")
 
     def check(result: int, call: str) -> None:
         if result != 0:
@@ -185,7 +186,7 @@ def captured_structure(fn: Callable[[], object]) -> dict:
         graph = torch.cuda.CUDAGraph(keep_graph=True)
         with torch.cuda.graph(graph):
             fn()
-        return structure(*_driver_graph(graph.raw_cuda_graph()))
+        return structure(*driver_graph(graph.raw_cuda_graph()))
     except (RuntimeError, TypeError, OSError, AttributeError) as err:  # an older torch or driver: say so
         return {"error": f"{type(err).__name__}: {err}"}
 

@@ -139,3 +139,43 @@ def test_graph_structure_tells_a_chain_from_other_shapes():
     assert fork["straight_line"] is False and fork["node_types"] == {"kernel": 3, "memset": 1}
     assert (fork["most_dependencies"], fork["most_dependents"]) == (2, 2)
     assert script.structure([0, 4], [])["straight_line"] is False  # two roots: not one chain
+
+
+class FakeDriver:
+    """libcuda's graph queries over a known graph: node handles 0x10, 0x20, ... with CUgraphNodeType codes,
+    edges as handle pairs; `versioned` picks cuGraphGetEdges_v2 (with edge data) or the older call."""
+
+    def __init__(self, types: list[int], edges: list[tuple[int, int]], versioned: bool):
+        self.handles = [0x10 * (i + 1) for i in range(len(types))]
+        self.types = dict(zip(self.handles, types))
+        self.edges = [(self.handles[a], self.handles[b]) for a, b in edges]
+        if versioned:
+            self.cuGraphGetEdges_v2 = lambda graph, sources, targets, data, count: self._edges(sources, targets, count)
+        else:
+            self.cuGraphGetEdges = lambda graph, sources, targets, count: self._edges(sources, targets, count)
+
+    @staticmethod
+    def _fill(array, values, count) -> int:
+        if array is not None:
+            for i, value in enumerate(values):
+                array[i] = value
+        count._obj.value = len(values)
+        return 0
+
+    def cuGraphGetNodes(self, graph, nodes, count) -> int:
+        assert graph.value == 0xABC
+        return self._fill(nodes, self.handles, count)
+
+    def cuGraphNodeGetType(self, node, kind) -> int:
+        kind._obj.value = self.types[node.value]
+        return 0
+
+    def _edges(self, sources, targets, count) -> int:
+        self._fill(sources, [a for a, _ in self.edges], count)
+        return self._fill(targets, [b for _, b in self.edges], count)
+
+
+@pytest.mark.parametrize("versioned", [True, False])
+def test_the_driver_graph_reader_returns_each_nodes_type_and_the_edges(versioned):
+    edges = [(0, 1), (0, 2), (1, 3), (2, 3)]
+    assert script.driver_graph(0xABC, FakeDriver([0, 2, 0, 1], edges, versioned)) == ([0, 2, 0, 1], edges)
