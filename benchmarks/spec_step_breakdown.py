@@ -238,7 +238,7 @@ def breakdown(harness: DecodingHarness, prompt: torch.Tensor, new_tokens: int, r
         # Which kernels the captured steps run, where their times differ more than their layers do.
         profiles = {name: profiled(parts[name], profile_calls, device, rows=30) for name in parts
                     if profile_calls and "(graph)" in name}
-        # The captured steps' shapes: a graph that is not one chain of nodes launches in time per node.
+        # The captured steps' shapes: a graph that is not one chain of nodes may launch in time per node.
         graphs = {} if device.type != "cuda" else {
             "draft": captured_structure(lambda: proposer.propose(anchor, position, context, valid)),
             "verify": captured_structure(lambda: spec_runner.forward(ids, position)),
