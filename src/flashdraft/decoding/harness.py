@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from transformers import PreTrainedConfig
 
 from flashdraft.config import TargetConfig
 from flashdraft.decoding.proposers import DraftProposer
@@ -39,7 +40,8 @@ def target_attention(dtype: torch.dtype, device: torch.device) -> str:
     return "eager" if dtype == torch.float32 and device.type == "cuda" else "sdpa"
 
 
-def check_pair(target: TargetConfig, draft: Path, key: str) -> tuple[TargetSource, DFlashDraftConfig, object]:
+def check_pair(target: TargetConfig, draft: Path, key: str) -> tuple[TargetSource, DFlashDraftConfig,
+                                                                     PreTrainedConfig]:
     """Everything that can be wrong with a target and a draft (named by config key `key`), checked before
     any weights load; returns the target's source and the draft's and the target's configs."""
     draft_config = read_draft_config(draft, key)
