@@ -18,8 +18,8 @@ PROMPT_LEN, NEW = 9, 24
 INIT_RANGE = {"llama": 0.3, "qwen3": 0.3, "nemotron_h": 0.02}
 
 
-def make_target(model_type: str, seed: int = 0):
-    config = tiny_config(model_type)
+def make_target(model_type: str, seed: int = 0, heads: int = 4):
+    config = tiny_config(model_type, heads=heads)
     config.initializer_range = INIT_RANGE[model_type]
     torch.manual_seed(seed)
     return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
@@ -44,10 +44,11 @@ def loops(target, draft: DFlashDraftModel, max_len: int) -> tuple[TargetRunner, 
             DraftProposer(draft, target.get_input_embeddings(), target.get_output_embeddings()))
 
 
-def qwen3_case(block: int, device: torch.device = torch.device("cpu")):
+def qwen3_case(block: int, device: torch.device = torch.device("cpu"), heads: int = 4):
     """(target, draft, prompt, the target's eager greedy continuation of NEW + block tokens, cache slots for
-    NEW new tokens): the tiny qwen3 setup of the fast-path tests, on `device`."""
-    target = make_target("qwen3").to(device)
+    NEW new tokens): the tiny qwen3 setup of the fast-path tests (`heads` query heads over two key/value
+    heads), on `device`."""
+    target = make_target("qwen3", heads=heads).to(device)
     ids = prompt().to(device)
     reference = hf_greedy(target, ids, NEW + block)
     draft = make_draft(target, block_size=block).to(device)

@@ -104,11 +104,13 @@ def test_speculative_decoding_on_cuda_with_graphs_is_lossless(tiny_target, tmp_p
     assert report["settings"]["flex_decode_attention"] is False  # it stands in for sdpa only
 
 
-def test_flex_decode_fast_path_on_cuda_decodes_like_eager(monkeypatch):
+@pytest.mark.parametrize("heads", [4, 6])
+def test_flex_decode_fast_path_on_cuda_decodes_like_eager(monkeypatch, heads):
     """evaluate's fast path for sdpa targets (bf16 evaluations take it): fused projections, flex attention and
     compiled layers under CUDA graphs, here in float32 with IEEE dots, give transformers' eager greedy
     output in the plain and the speculative loop (with a transposed query the verify did not: flex_decode's
-    docstring); flex attention is compiled into both steps; eager sdpa only in the prefills."""
+    docstring), for two query heads a key/value head and for three (folded into the query rows); flex
+    attention is compiled into both steps; eager sdpa only in the prefills."""
     import contextlib
 
     from decoding_helpers import NEW, PROMPT_LEN, compiled_attention, eager_sdpa_calls, loops, qwen3_case
@@ -124,7 +126,7 @@ def test_flex_decode_fast_path_on_cuda_decodes_like_eager(monkeypatch):
     torch._dynamo.reset()
     device = torch.device("cuda")
     block = 5
-    target, draft, ids, reference, max_len = qwen3_case(block, device)
+    target, draft, ids, reference, max_len = qwen3_case(block, device, heads)
     plain_runner, spec_runner, proposer = loops(target, draft, max_len)
     sdpa_calls = eager_sdpa_calls(monkeypatch)
     with contextlib.ExitStack() as stack:

@@ -4,6 +4,8 @@ recompilation when the fast path is entered again, and transformers' own functio
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from torch import nn
@@ -14,7 +16,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from decoding_helpers import NEW, PROMPT_LEN, OracleProposer, compiled_attention, eager_sdpa_calls, loops, qwen3_case
 from flashdraft.decoding.decoding import generate
 from flashdraft.target.compiled_layers import CompiledLayers
-from flashdraft.target.flex_decode import FlexDecodeAttention
+from flashdraft.target.flex_decode import FlexDecodeAttention, flex_decodes
 from flashdraft.target.frozen import decoder_layers
 from flashdraft.target.fused_projections import FusedProjections
 
@@ -25,33 +27,59 @@ def _one_thread():
 
 
 class _Attention(nn.Module):
-    num_key_value_groups = 2
     is_causal = True
+
+    def __init__(self, groups: int):
+        super().__init__()
+        self.num_key_value_groups = groups
 
 
 @pytest.mark.parametrize("length", [1, 5])
 @pytest.mark.parametrize("rows,mask_rows", [(1, 1), (2, 2), (2, 1)])
-def test_flex_decode_gives_sdpas_attention_for_any_mask(rows, mask_rows, length):
+@pytest.mark.parametrize("heads", [4, 6])
+def test_flex_decode_gives_sdpas_attention_for_any_mask(rows, mask_rows, length, heads):
     """Compiled (CPU inductor, float32): the same output as transformers' sdpa function for random masks over
     a cache whose length is no multiple of the kernel's block (the last block reaches past it), grouped
-    heads, one mask per row or one for all rows, one query token or a verify's block, the query a
-    transposed view as transformers passes it."""
+    heads (two a key/value head, as inductor groups them; three, folded into the query rows), one mask per
+    row or one for all rows, one query token or a verify's block, the query a transposed view as
+    transformers passes it."""
     torch._dynamo.reset()
     slots = 200
-    gen = torch.Generator().manual_seed(rows + mask_rows + length)
-    query = torch.randn(rows, length, 4, 16, generator=gen).transpose(1, 2)
+    gen = torch.Generator().manual_seed(rows + mask_rows + length + heads)
+    query = torch.randn(rows, length, heads, 16, generator=gen).transpose(1, 2)
     key, value = torch.randn(2, rows, 2, slots, 16, generator=gen)
     mask = torch.rand(mask_rows, 1, length, slots + 7, generator=gen) < 0.3  # runner masks may be longer
     mask[..., 0] = True  # every query sees a key
     flex = FlexDecodeAttention(slots, torch.device("cpu"))
-    module = _Attention()
+    module = _Attention(heads // 2)
 
     def attend(q, k, v, m):
         return flex._attention(module, q, k, v, m, scaling=0.25)[0]
 
     expected = sdpa_attention_forward(module, query, key, value, mask[..., :slots], scaling=0.25)[0]
-    torch.testing.assert_close(torch.compile(attend, fullgraph=True)(query, key, value, mask), expected,
-                               rtol=1e-5, atol=1e-5)
+    out, ops = compiled_attention(lambda: torch.compile(attend, fullgraph=True)(query, key, value, mask))
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    assert ops == {"flex_attention"}
+
+
+def test_a_group_too_large_to_fold_keeps_sdpa():
+    """Three query heads a key/value head and a 50-token verify: 150 folded rows, more than one query block,
+    so the compiled call is sdpa's (the same numbers), and `flex_decodes` says so for that block."""
+    torch._dynamo.reset()
+    slots, length = 64, 50
+    gen = torch.Generator().manual_seed(0)
+    query = torch.randn(1, length, 6, 16, generator=gen).transpose(1, 2)
+    key, value = torch.randn(2, 1, 2, slots, 16, generator=gen)
+    mask = torch.rand(1, 1, length, slots, generator=gen) < 0.5
+    mask[..., 0] = True
+    flex, module = FlexDecodeAttention(slots, torch.device("cpu")), _Attention(3)
+    out, ops = compiled_attention(lambda: torch.compile(
+        lambda q, k, v, m: flex._attention(module, q, k, v, m)[0], fullgraph=True)(query, key, value, mask))
+    torch.testing.assert_close(out, sdpa_attention_forward(module, query, key, value, mask)[0])
+    assert ops == {"scaled_dot_product"}
+    config = SimpleNamespace(num_attention_heads=6, num_key_value_heads=2)
+    assert not flex_decodes(config, length) and flex_decodes(config, 16)
+    assert flex_decodes(SimpleNamespace(num_attention_heads=8, num_key_value_heads=2), length)
 
 
 def test_fast_path_with_flex_decode_decodes_like_eager_and_compiles_once(monkeypatch):

@@ -111,7 +111,7 @@ class DecodingHarness:
         fast_path: list = []
         if compiled:
             fast_path.append(FusedProjections(model))
-            if attention == "sdpa" and flex_decodes(model.config):
+            if attention == "sdpa" and flex_decodes(model.config, block):
                 fast_path.append(FlexDecodeAttention(max_len, device))
             fast_path.append(CompiledLayers([*decoder_layers(model), *draft_model.layers], lengths={1, block}))
         return cls(frozen=frozen, draft=draft_model, attention=attention, spec_runner=spec_runner,

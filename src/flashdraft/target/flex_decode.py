@@ -12,11 +12,13 @@ compiled layer on CUDA (torch 2.11) a block verify's flex call over that layout 
 from the first verify on, although the same call on the same inputs alone, and every path on the CPU, gives
 sdpa's numbers; with the copy the loop decodes the eager output (the same section).
 
-Used only where inductor runs it as that decoding kernel, where the query heads a key/value head serves are
-a power of two (`flex_decodes`): other groupings get flex attention's main kernel, one block per query head,
-never measured faster than sdpa for decoding. The one such target decoded with it (SmolLM2-135M, 9 query
-heads over 3, bf16, one H100) took 15.2 ms a plain step against 3.1 ms for the same step in float32 with
-eager attention, on the same machine; the dtype and the attention are all that differ (section 8).
+Inductor runs flex attention as that decoding kernel only where the query heads a key/value head serves are
+a power of two; other groupings get its main kernel, one block per query head, never measured faster than
+sdpa for decoding (SmolLM2-135M, 9 query heads over 3, bf16, one H100: 15.2 ms a plain step against 3.1 ms
+in float32 with eager attention, section 8). For those groupings each key/value head's query heads are
+folded into the query rows (a verify of q tokens over a group of g heads: one head of g * q rows, all
+reading the same keys), which the decoding kernel serves as plain multi-head attention. Worth it: sdpa's
+cuDNN kernel for a masked 16-token verify took 55 us a layer there, against 5 us for one token.
 """
 
 from __future__ import annotations
@@ -31,20 +33,28 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 BLOCK = 128
 
 
-def flex_decodes(config) -> bool:
-    """Whether inductor compiles this target's one-token and verify attention as its split-KV flex decoding
-    kernel: query heads per key/value head a power of two (torch's `_use_flex_decoding`; a group is one
-    block's rows there)."""
-    heads = config.num_attention_heads
-    groups = heads // (getattr(config, "num_key_value_heads", None) or heads)
-    return groups > 0 and groups & (groups - 1) == 0
+def flex_decodes(config, block: int) -> bool:
+    """Whether `FlexDecodeAttention` runs this target's one-token and `block`-token verify attention as
+    inductor's split-KV flex decoding kernel: query heads per key/value head a power of two (torch's
+    `_use_flex_decoding`, which reads a group as one block's rows), or few enough to fold a verify's
+    queries of the whole group into one query block."""
+    groups = _groups(config.num_attention_heads, getattr(config, "num_key_value_heads", None))
+    return groups > 0 and (_power_of_two(groups) or groups * block <= BLOCK)
+
+
+def _groups(heads: int, kv_heads: int | None) -> int:
+    return heads // (kv_heads or heads)
+
+
+def _power_of_two(n: int) -> bool:
+    return n & (n - 1) == 0
 
 
 class FlexDecodeAttention:
     """While entered, transformers' "sdpa" attention function, that of every model in the process (so enter
     it around the decoding steps only), runs flex attention in calls that torch.compile traces with a boolean
-    mask, at most BLOCK query tokens and `slots` keys: the fixed-shape steps of `CompiledLayers` over the
-    runners' static caches (one token, a block verify). Every other call (a prompt's eager prefill, where
+    mask, `slots` keys and at most BLOCK query rows (tokens, times the heads of a group where those fold): the
+    fixed-shape steps of `CompiledLayers` over the runners' static caches (one token, a block verify). Every other call (a prompt's eager prefill, where
     uncompiled flex attention is a slow reference) takes transformers' sdpa. On exit the function that was
     registered before is back."""
 
@@ -61,25 +71,32 @@ class FlexDecodeAttention:
         """transformers' attention-function signature: query [B, H, q, D], key/value [B, H_kv, slots, D],
         a boolean mask [B or 1, 1, q, >= slots] -> ([B, q, H, D], None)."""
         length, slots = query.shape[2], key.shape[2]
+        groups = _groups(query.shape[1], key.shape[1])
+        fold = not _power_of_two(groups)
         # sdpa's extras (a position bias; softcap, which it refuses) stay with sdpa.
         extras = kwargs.get("position_bias") is not None or kwargs.get("softcap") is not None
         if (not torch.compiler.is_compiling() or attention_mask is None or attention_mask.dtype != torch.bool
-                or length > BLOCK or slots != self.slots or dropout > 0 or extras):
+                or (groups if fold else 1) * length > BLOCK or slots != self.slots or dropout > 0 or extras):
             return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                           scaling=scaling, **kwargs)
         mask = attention_mask[:, 0, :, :slots]
         per_row = mask.shape[0] > 1
+        batch, heads, _, dim = query.shape
+        # Folded: query head h reads key/value head h // groups (transformers' repeat_kv), so the heads of
+        # one group are adjacent and become rows g * length + t of that key/value head, t the token.
+        rows = groups * length if fold else length
+        query = query.reshape(batch, key.shape[1], rows, dim) if fold else query.contiguous()
 
         def visible(b, h, q_idx, kv_idx):
             # The last block reaches past the cache: flex attention hides those keys itself, but the mask is
             # read there too, so clamp the read.
             row = mask[b] if per_row else mask[0]
-            return row[q_idx, torch.clamp(kv_idx, max=slots - 1)]
+            return row[q_idx % length if fold else q_idx, torch.clamp(kv_idx, max=slots - 1)]
 
         block_mask = BlockMask.from_kv_blocks(self._counts, self._indices, BLOCK_SIZE=BLOCK, mask_mod=visible,
-                                              seq_lengths=(length, slots), compute_q_blocks=False)
-        out = flex_attention(query.contiguous(), key, value, block_mask=block_mask, scale=scaling, enable_gqa=True)
-        return out.transpose(1, 2).contiguous(), None
+                                              seq_lengths=(rows, slots), compute_q_blocks=False)
+        out = flex_attention(query, key, value, block_mask=block_mask, scale=scaling, enable_gqa=not fold)
+        return out.reshape(batch, heads, length, dim).transpose(1, 2).contiguous(), None
 
     def __enter__(self) -> FlexDecodeAttention:
         self._previous = AttentionInterface()["sdpa"]
