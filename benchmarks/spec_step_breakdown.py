@@ -17,11 +17,9 @@ layers, fused projections, attention and CUDA graphs), on one prompt of random t
 - with `--profile CALLS`, the three captured forwards under torch.profiler: device events (kernels, copies)
   a call and the top kernels by device time;
 - on a GPU, each step's graph shape (nodes by kind, edges, whether one chain): captured once more into a
-  graph that keeps its node list, read with the CUDA driver API. A chain launches in constant time; the
-  first run here found the verify's launch holding the host as long as the GPU ran it.
-
-`--sdpa-backend` forces one attention kernel for all of it (the steps pass a boolean mask, so flash is out
-on GPUs): which kernel the 16-query steps take is a suspect for both the verify's time and its shape.
+  graph that keeps its node list, read with the CUDA driver API. A chain launches in constant time. (The
+  first run found the verify's launch holding the host about as long as the GPU ran it, in a chain: the
+  cause was sdpa's cuDNN kernel for the masked 16-token verify, RESULTS.md section 8.)
 
 The tau does not matter here: a step's time does not depend on how much of the block is accepted. It
 does depend on the block, which `--block` sets below the draft's (evaluate's `--block-size`): a draft that
@@ -39,7 +37,6 @@ seldom has more than a few drafts accepted loses little tau to a shorter verify.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import ctypes
 import dataclasses
 import platform
@@ -52,7 +49,6 @@ from pathlib import Path
 
 import torch
 import transformers
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # this checkout's flashdraft
 
@@ -67,8 +63,6 @@ from flashdraft.files import check_output_file, write_json  # noqa: E402
 from flashdraft.model.build import build_draft_config, new_draft  # noqa: E402
 
 GREEDY = Sampling()
-SDPA_BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-                 "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
 # SmolLM2-135M-Instruct's sizes (its GGUF's metadata), drafted by the recipe of that name.
 SHAPES = {"smollm2": (dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
                            num_attention_heads=9, num_key_value_heads=3, head_dim=64, max_position_embeddings=8192,
@@ -252,19 +246,6 @@ def breakdown(harness: DecodingHarness, prompt: torch.Tensor, new_tokens: int, r
             "plain_step": {"in_parts_ms": plain_parts, "remainder_ms": whole["plain_ms_per_step"] - plain_parts}}
 
 
-def check_sdpa_backend(name: str, device: torch.device, dtype: torch.dtype) -> None:
-    """The forced backend runs a masked attention of this device and dtype (the steps pass a boolean mask)."""
-    query = torch.zeros(1, 2, 2, 64, device=device, dtype=dtype)
-    mask = torch.ones(1, 1, 2, 4, device=device, dtype=torch.bool)
-    try:
-        with sdpa_kernel([SDPA_BACKENDS[name]]):
-            torch.nn.functional.scaled_dot_product_attention(query, query.repeat(1, 1, 2, 1),
-                                                             query.repeat(1, 1, 2, 1), attn_mask=mask)
-    except RuntimeError as err:
-        raise UserError(f"--sdpa-backend {name} has no kernel for a masked {str(dtype).removeprefix('torch.')} "
-                        f"attention on {device.type} ({err}); pick another backend or leave it unset") from err
-
-
 def measure(target: str, draft: Path, device: torch.device, dtype: torch.dtype, args: argparse.Namespace) -> dict:
     source, draft_config, target_config = check_pair(TargetConfig(name_or_path=target), draft, "--draft")
     if dtype == torch.float32:
@@ -282,15 +263,12 @@ def measure(target: str, draft: Path, device: torch.device, dtype: torch.dtype, 
     generator = torch.Generator().manual_seed(args.seed)
     # Token ids below 1024 fall in no tokenizer's special range at the end of the vocabulary.
     prompt = torch.randint(0, min(target_config.vocab_size, 1024), (1, args.prompt_len), generator=generator)
-    # A forced sdpa backend is in force from the first (compiling, capturing) call on.
-    backend = sdpa_kernel([SDPA_BACKENDS[args.sdpa_backend]]) if args.sdpa_backend else contextlib.nullcontext()
-    with backend:
-        result = breakdown(harness, prompt.to(device), args.new_tokens, args.repeats, args.profile)
+    result = breakdown(harness, prompt.to(device), args.new_tokens, args.repeats, args.profile)
     return {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
         "dtype": str(dtype).removeprefix("torch."), "block_size": block, "draft_block_size": draft_config.block_size,
         "prompt_len": args.prompt_len, "new_tokens": args.new_tokens, "repeats": args.repeats, "max_len": max_len, "random_weights": args.random,
-        "sdpa_backend": args.sdpa_backend or "torch's choice", "target_layers": target_config.num_hidden_layers, "draft_layers": draft_config.num_hidden_layers,
+        "target_layers": target_config.num_hidden_layers, "draft_layers": draft_config.num_hidden_layers,
         "harness": {"compiled": harness.compiled, "target_attention": harness.attention,
                     "fused_projection_groups": harness.fused_projection_groups,
                     "flex_decode_attention": harness.flex_decode_attention,
@@ -309,8 +287,6 @@ def main(argv: list[str] | None = None) -> int:
                         "of this shape")
     parser.add_argument("--block", type=int, default=None,
                         help="tokens a step verifies (evaluate's --block-size): default the draft's block")
-    parser.add_argument("--sdpa-backend", choices=sorted(SDPA_BACKENDS),
-                        help="force one sdpa kernel for the steps' attention (default: torch's choice)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto", choices=["auto", *DTYPES],
                         help="auto: bfloat16 on a GPU (the serving dtype), float32 on the CPU")
@@ -335,8 +311,6 @@ def main(argv: list[str] | None = None) -> int:
         out = check_output_file(args.out, "--out")
         device = resolve_device(args.device)
         dtype = resolve_dtype(args.dtype, device)
-        if args.sdpa_backend:
-            check_sdpa_backend(args.sdpa_backend, device, dtype)
         with tempfile.TemporaryDirectory() as scratch:
             target, draft = (write_random_pair(args.random, Path(scratch)) if args.random
                              else (args.target, Path(args.draft)))

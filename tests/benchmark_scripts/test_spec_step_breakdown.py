@@ -106,30 +106,6 @@ def test_a_shorter_verify_block_is_timed_and_one_past_the_drafts_is_refused(tiny
     assert not out.exists()
 
 
-@pytest.mark.parametrize("backend, kernel", [("math", "aten::_scaled_dot_product_attention_math"),
-                                             ("flash", "aten::_scaled_dot_product_flash_attention_for_cpu")])
-def test_a_forced_sdpa_backend_is_the_one_the_steps_run(tiny_target, tmp_path, backend, kernel):
-    torch.set_num_threads(1)
-    target = tiny_target("qwen3")
-    out = tmp_path / "breakdown.json"
-    assert script.main(["--target", str(target), "--draft", str(draft_for(target, tmp_path / "draft")),
-                        "--device", "cpu", "--prompt-len", "8", "--new-tokens", "8", "--repeats", "1",
-                        "--profile", "1", "--sdpa-backend", backend, "--out", str(out)]) == 0
-    report = json.loads(out.read_text())
-    assert report["sdpa_backend"] == backend and report["whole_steps"]["equal_outputs"] is True
-    for step in ("draft forward (graph)", "verify forward (graph)", "plain forward (graph)"):
-        ops = {line.split()[0] for line in report["profiles"][step]["top"].splitlines()}
-        assert {op for op in ops if op.startswith("aten::_scaled_dot_product")} == {kernel}
-
-
-def test_a_backend_without_a_kernel_here_is_refused_before_loading(tiny_target, tmp_path, capsys):
-    out = tmp_path / "breakdown.json"
-    assert script.main(["--target", str(tiny_target("qwen3")), "--draft", str(tmp_path / "nowhere"),
-                        "--device", "cpu", "--sdpa-backend", "efficient", "--out", str(out)]) == 2
-    assert "--sdpa-backend efficient has no kernel for a masked float32 attention on cpu" in capsys.readouterr().err
-    assert not out.exists()
-
-
 def test_graph_structure_tells_a_chain_from_other_shapes():
     """What the GPU run reports of each captured step: a chain of kernels launches in constant time, a fork
     (here a memset beside a kernel, joined after) does not."""
