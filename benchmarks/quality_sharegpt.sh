@@ -14,6 +14,7 @@
 #   benchmarks/quality_sharegpt.sh evaluate flashdraft DATA WORK # decoding + teacher-forced tau
 #   benchmarks/quality_sharegpt.sh evaluate peer DATA WORK
 #   SPEED_DTYPE=bfloat16 benchmarks/quality_sharegpt.sh speed flashdraft DATA WORK  # the speedup a server sees
+#   SPEED_DTYPE=bfloat16 SPEED_BLOCK=8 benchmarks/quality_sharegpt.sh speed flashdraft DATA WORK  # verifying 8
 #   benchmarks/quality_sharegpt.sh anchors DATA WORK             # teacher-forced tau at the answers' ends
 #   benchmarks/quality_sharegpt.sh collect WORK OUT              # the evidence folder
 #   benchmarks/quality_sharegpt.sh all GGUF DATA WORK OUT        # everything in order, then the report;
@@ -45,17 +46,20 @@
 # rows runs a GEMM where the plain step's one row runs a GEMV, so on SmolLM2 a float32 draft + verify step costs
 # 2.9x a plain one against 1.5-1.8x in bf16, RESULTS.md sections 7 and 8; its report, NAME_report_DTYPE.json,
 # counts sequences equal to plain decoding at that dtype, where the two steps round differently, so losslessness
-# is the float32 report's; default none).
+# is the float32 report's; default none), SPEED_BLOCK (the speed pass verifies this many tokens a step,
+# evaluate's --block-size, report NAME_report_DTYPE_blockN.json: on SmolLM2 a verify of 8 costs 1.58 plain
+# steps against 1.72 for 16, RESULTS.md section 8; default the draft's block).
 set -euo pipefail
 phase=${1:-}
 here=$(cd "$(dirname "$0")" && pwd)
 run() { echo "+ $*" >&2; "$@"; }
 flashdraft() { python3 -m flashdraft.cli "$@"; }
 wait_all() { local rc=0 pid; for pid in "$@"; do wait "$pid" || rc=$?; done; return $rc; }
-# One draft decoded on the five benchmarks at one dtype (greedy): decode NAME DATA WORK DTYPE REPORT
+# One draft decoded on the five benchmarks at one dtype (greedy), with further evaluate options after the
+# report: decode NAME DATA WORK DTYPE REPORT [OPTION ...]
 decode() {
   run flashdraft evaluate --draft "$3/train_$1/export" --target "$(cat "$3/target_path")" \
-    --max-new-tokens "${EVAL_NEW_TOKENS:-256}" --device "${DEVICE:-cuda}" --dtype "$4" --no-prompt-lookup \
+    --max-new-tokens "${EVAL_NEW_TOKENS:-256}" --device "${DEVICE:-cuda}" --dtype "$4" --no-prompt-lookup "${@:6}" \
     ${EVAL_PROMPTS:+--num-prompts "$EVAL_PROMPTS"} --output "$5" \
     --bench "$2/gsm8k.jsonl" "$2/humaneval.jsonl" "$2/chat.jsonl" "$2/sharegpt_first_turn.jsonl" \
     "$3/sharegpt_second_turn.jsonl"
@@ -69,6 +73,12 @@ speed_dtype=${SPEED_DTYPE:-}
 case $speed_dtype in ""|bfloat16|float16) ;; *)
   echo "error: SPEED_DTYPE=$speed_dtype; give bfloat16 or float16 (the speed pass's dtype), or leave it unset" >&2
   exit 2 ;; esac
+speed_block=${SPEED_BLOCK:-}
+[[ -z $speed_block || $speed_block =~ ^[1-9][0-9]*$ ]] || {
+  echo "error: SPEED_BLOCK=$speed_block; give the tokens a verify checks (at most the draft's block), or leave it unset" >&2
+  exit 2; }
+# The speed phase's report is NAME_report_TAG.json: TAG the dtype, and the verify's block where SPEED_BLOCK sets one.
+speed_tag=$speed_dtype${speed_block:+_block$speed_block}
 
 case $phase in
 warmup)
@@ -143,8 +153,8 @@ speed)
   mkdir -p "$work/results"
   # The float32 evaluation's prompts and settings at the serving dtype, whose 16-row verify is not priced
   # as float32's GEMM against the plain step's GEMV.
-  decode "$name" "$data" "$work" "$speed_dtype" "$work/results/${name}_report_$speed_dtype.json" \
-    > "$work/results/${name}_$speed_dtype.log" 2>&1
+  decode "$name" "$data" "$work" "$speed_dtype" "$work/results/${name}_report_$speed_tag.json" \
+    ${speed_block:+--block-size "$speed_block"} > "$work/results/${name}_$speed_tag.log" 2>&1
   ;;
 anchors)
   data=$2 work=$3
@@ -301,7 +311,7 @@ variants)
   for name in "${names[@]}"; do
     vwork=$work/variant_$name
     [ "${EVALUATE:-1}" == 0 ] || [ -z "$speed_dtype" ] ||
-      [ -e "$vwork/results/flashdraft_report_$speed_dtype.json" ] ||
+      [ -e "$vwork/results/flashdraft_report_$speed_tag.json" ] ||
       DRAFTS=flashdraft bash "$0" speed flashdraft "$data" "$vwork"
   done
   mkdir -p "$out"
@@ -358,7 +368,7 @@ all)
   done
   wait_all "${pids[@]}"
   for name in $drafts; do
-    [ -z "$speed_dtype" ] || [ -e "$work/results/${name}_report_$speed_dtype.json" ] ||
+    [ -z "$speed_dtype" ] || [ -e "$work/results/${name}_report_$speed_tag.json" ] ||
       bash "$0" speed "$name" "$data" "$work"
   done
   [ -e "$work/results/heldout_tau_by_anchors.json" ] || bash "$0" anchors "$data" "$work"

@@ -30,7 +30,8 @@ OURS, PEER = "flashdraft", "peer"
 VARIANT_FOLDER = re.compile(r"variant_[A-Za-z0-9._-]+/")  # a variant's WORK links the run's answers
 MIN_ACCEPTED = (1, 2, 3, 4)
 BOOTSTRAP_DRAWS = 4000
-SPEED_DTYPES = ("bfloat16", "float16")  # the speed phase's (quality_sharegpt.sh SPEED_DTYPE)
+# The speed phase's report tags (quality_sharegpt.sh): SPEED_DTYPE, then _blockN where SPEED_BLOCK set the verify's.
+SPEED_TAG = re.compile(r"(bfloat16|float16)(?:_block([1-9][0-9]*))?")
 
 
 def run_settings(config: dict) -> dict[str, str]:
@@ -74,21 +75,36 @@ def benchmark_rows(folder: Path, ours: str = OURS, against: str = PEER) -> list[
     return rows
 
 
+def speed_tags(folder: Path, names: tuple[str, ...]) -> list[str]:
+    """The speed phase's report tags (DTYPE or DTYPE_blockN) that any of `names` has in `folder`, each dtype's
+    full-block pass before its shorter verifies."""
+    tags = {tag for name in names for path in folder.glob(f"{name}_report_*.json")
+            if SPEED_TAG.fullmatch(tag := path.name.removeprefix(f"{name}_report_").removesuffix(".json"))}
+
+    def order(tag: str) -> tuple[str, int]:
+        dtype, block = SPEED_TAG.fullmatch(tag).groups()
+        return dtype, -int(block) if block else -(10**9)
+
+    return sorted(tags, key=order)
+
+
 def speed_section(folder: Path, ours: str = OURS, against: str = PEER) -> str:
-    """The speed phase's decoding at a serving dtype (NAME_report_DTYPE.json), both drafts per benchmark; a
-    line saying which draft lacks it where only one has it, nothing where neither does. No paired tau: at
-    that dtype the two drafts' outputs may part from plain decoding, and then from each other."""
+    """The speed phase's decoding at a serving dtype (NAME_report_DTYPE[_blockN].json), both drafts per
+    benchmark; a line saying which draft lacks it where only one has it, nothing where neither does. No paired
+    tau: at that dtype the two drafts' outputs may part from plain decoding, and then from each other."""
     lines = []
-    for dtype in SPEED_DTYPES:
-        paths = {name: folder / f"{name}_report_{dtype}.json" for name in (ours, against)}
+    for tag in speed_tags(folder, (ours, against)):
+        dtype, block = SPEED_TAG.fullmatch(tag).groups()
+        label = dtype + (f", verifying {block} tokens a step" if block else "")
+        paths = {name: folder / f"{name}_report_{tag}.json" for name in (ours, against)}
         have = [name for name, path in paths.items() if path.is_file()]
         if len(have) == 1:
-            lines += ["", f"Speed at {dtype}: only {have[0]} was decoded at it (the speed phase, SPEED_DTYPE)."]
-        if len(have) < 2:
+            lines += ["", f"Speed at {label}: only {have[0]} was decoded at it (the speed phase, SPEED_DTYPE"
+                      + (", SPEED_BLOCK)." if block else ").")]
             continue
         reports = {name: json.loads(path.read_text()) for name, path in paths.items()}
         settings = reports[ours]["settings"]
-        lines += ["", f"Speed at {dtype}, the dtype a server runs ({settings['device_name']}, the same prompts). "
+        lines += ["", f"Speed at {label}, the dtype a server runs ({settings['device_name']}, the same prompts). "
                   "Its sequences equal to plain decoding count rounding too (the two steps' kernels round "
                   "differently): losslessness is the float32 table's.", "",
                   f"| benchmark | tau pooled ({ours} / {against}) | speedup | plain ms a token "

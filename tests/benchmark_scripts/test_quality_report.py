@@ -103,9 +103,9 @@ def test_a_variant_trained_on_other_answers_is_refused(tmp_path):
     assert "not recorded for gamma4" in checked(base, "gamma4")
 
 
-def evidence_folder(tmp_path: Path, speed: dict[str, tuple[list[int], float]]) -> Path:
+def evidence_folder(tmp_path: Path, speed: dict[str, tuple[list[int], float]], tag: str = "bfloat16") -> Path:
     """A collect folder of flashdraft and the peer decoded in float32, and at bfloat16 where `speed` says:
-    draft -> (verify steps a prompt, speedup)."""
+    draft -> (verify steps a prompt, speedup), the speed reports tagged `tag`."""
     settings = {"device_name": "a GPU", "dtype": "torch.float32", "max_new_tokens": 60, "block_size": 16,
                 "compiled": True, "versions": {"torch": "t", "transformers": "tf"}}
     for name in ("flashdraft", "peer"):
@@ -118,7 +118,7 @@ def evidence_folder(tmp_path: Path, speed: dict[str, tuple[list[int], float]]) -
         fast = report(steps)
         fast["benchmarks"]["gsm8k"].update(speedup=speedup, lossless=0.5)
         fast["settings"] = {**settings, "dtype": "torch.bfloat16"}
-        (tmp_path / f"{name}_report_bfloat16.json").write_text(json.dumps(fast))
+        (tmp_path / f"{name}_report_{tag}.json").write_text(json.dumps(fast))
     return tmp_path
 
 
@@ -139,6 +139,22 @@ def test_a_speed_report_of_one_draft_alone_is_named_not_tabled(tmp_path):
     text = (folder / "quality.md").read_text()
     assert "Speed at bfloat16: only peer was decoded at it (the speed phase, SPEED_DTYPE)." in text
     assert "sequences equal to plain |" not in text
+
+def test_a_shorter_verify_gets_its_own_table_after_the_full_blocks(tmp_path):
+    """SPEED_BLOCK's reports (NAME_report_DTYPE_blockN.json) are tabled under their block, after the dtype's
+    full-block pass and before shorter ones; a file that only looks like a speed report is not one."""
+    folder = evidence_folder(tmp_path, {"flashdraft": ([20, 20], 1.25), "peer": ([24, 24], 1.05)})
+    evidence_folder(tmp_path, {"flashdraft": ([30, 30], 1.5), "peer": ([30, 30], 1.5)}, tag="bfloat16_block4")
+    evidence_folder(tmp_path, {"flashdraft": ([15, 15], 1.4), "peer": ([20, 20], 1.3)}, tag="bfloat16_block8")
+    (folder / "flashdraft_report_bfloat16_block08.json").write_text("not a report")
+    assert quality_sharegpt_report.main([str(folder)]) == 0
+    text = (folder / "quality.md").read_text()
+    headings = [line.split(",")[0:2] for line in text.splitlines() if line.startswith("Speed at")]
+    assert headings == [["Speed at bfloat16", " the dtype a server runs (a GPU"],
+                        ["Speed at bfloat16", " verifying 8 tokens a step"],
+                        ["Speed at bfloat16", " verifying 4 tokens a step"]]
+    assert "| gsm8k | 4.00 / 3.00 | 1.40x / 1.30x |" in text
+
 
 def test_no_speed_report_no_speed_section(tmp_path):
     folder = evidence_folder(tmp_path, {})

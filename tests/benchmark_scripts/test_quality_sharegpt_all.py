@@ -15,7 +15,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "quality_sharegpt.
 # A real collected run: its reports, curves and configs stand in for what the phases leave in WORK.
 EVIDENCE = SCRIPT.parent / "results" / "quality_sharegpt"
 SETTINGS = ("TEMPERATURE", "TOP_P", "MAX_LENGTH", "STEPS", "TRAIN_ARGS", "EVAL_PROMPTS", "EVAL_NEW_TOKENS",
-            "SPEED_DTYPE", "DRAFTS")
+            "SPEED_DTYPE", "SPEED_BLOCK", "DRAFTS")
 
 
 def run_all(tmp_path: Path, work: Path, **env: str) -> subprocess.CompletedProcess:
@@ -90,6 +90,29 @@ def test_a_missing_speed_report_runs_the_speed_phase_only(tmp_path):
     result = run_all(tmp_path, work, SPEED_DTYPE="bfloat16")
     assert result.returncode != 0  # the peer's speed pass fails on the absent target
     assert logs(work) == ["results/peer_bfloat16.log"]
+
+
+def test_a_shorter_verify_is_a_speed_pass_of_its_own(tmp_path):
+    """SPEED_BLOCK: the full-block report does not count for it; its pass asks evaluate for that block and
+    writes its own log (the pass fails here on the absent target)."""
+    work = finished_work(tmp_path)
+    for name in ("flashdraft", "peer"):
+        shutil.copy(EVIDENCE / f"{name}_report.json", work / "results" / f"{name}_report_bfloat16.json")
+    result = run_all(tmp_path, work, SPEED_DTYPE="bfloat16", SPEED_BLOCK="8")
+    assert result.returncode != 0
+    assert logs(work) == ["results/flashdraft_bfloat16_block8.log"]
+    command = (work / "results" / "flashdraft_bfloat16_block8.log").read_text().splitlines()[0]
+    assert " --dtype bfloat16 " in command and " --block-size 8 " in command
+    assert f" --output {work}/results/flashdraft_report_bfloat16_block8.json " in command
+
+
+def test_a_speed_block_that_is_not_a_count_is_refused_before_any_work(tmp_path):
+    work = finished_work(tmp_path)
+    (work / "results" / "peer_heldout_tau.json").unlink()
+    result = run_all(tmp_path, work, SPEED_DTYPE="bfloat16", SPEED_BLOCK="eight")
+    assert result.returncode == 2
+    assert "error: SPEED_BLOCK=eight; give the tokens a verify checks" in result.stderr
+    assert logs(work) == [] and not (tmp_path / "out").exists()
 
 
 def test_the_speed_passes_run_one_at_a_time_after_the_evaluations(tmp_path):
