@@ -54,9 +54,9 @@ class FlexDecodeAttention:
     """While entered, transformers' "sdpa" attention function, that of every model in the process (so enter
     it around the decoding steps only), runs flex attention in calls that torch.compile traces with a boolean
     mask, `slots` keys and at most BLOCK query rows (tokens, times the heads of a group where those fold): the
-    fixed-shape steps of `CompiledLayers` over the runners' static caches (one token, a block verify). Every other call (a prompt's eager prefill, where
-    uncompiled flex attention is a slow reference) takes transformers' sdpa. On exit the function that was
-    registered before is back."""
+    fixed-shape steps of `CompiledLayers` over the runners' static caches (one token, a block verify). Every
+    other call (a prompt's eager prefill, where uncompiled flex attention is a slow reference) takes
+    transformers' sdpa. On exit the function that was registered before is back."""
 
     def __init__(self, slots: int, device: torch.device):
         self.slots = slots
