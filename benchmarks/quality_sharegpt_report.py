@@ -75,17 +75,12 @@ def benchmark_rows(folder: Path, ours: str = OURS, against: str = PEER) -> list[
     return rows
 
 
-def speed_tags(folder: Path, names: tuple[str, ...]) -> list[str]:
-    """The speed phase's report tags (DTYPE or DTYPE_blockN) that any of `names` has in `folder`, each dtype's
-    full-block pass before its shorter verifies."""
-    tags = {tag for name in names for path in folder.glob(f"{name}_report_*.json")
-            if SPEED_TAG.fullmatch(tag := path.name.removeprefix(f"{name}_report_").removesuffix(".json"))}
-
-    def order(tag: str) -> tuple[str, int]:
-        dtype, block = SPEED_TAG.fullmatch(tag).groups()
-        return dtype, -int(block) if block else -(10**9)
-
-    return sorted(tags, key=order)
+def speed_tags(folder: Path, names: tuple[str, ...]) -> list[re.Match]:
+    """The speed phase's report tags (DTYPE or DTYPE_blockN, parsed by SPEED_TAG) that any of `names` has in
+    `folder`, each dtype's full-block pass before its shorter verifies."""
+    tags = {match.group(0): match for name in names for path in folder.glob(f"{name}_report_*.json")
+            if (match := SPEED_TAG.fullmatch(path.name.removeprefix(f"{name}_report_").removesuffix(".json")))}
+    return sorted(tags.values(), key=lambda m: (m.group(1), -int(m.group(2)) if m.group(2) else -(10**9)))
 
 
 def speed_section(folder: Path, ours: str = OURS, against: str = PEER) -> str:
@@ -93,8 +88,8 @@ def speed_section(folder: Path, ours: str = OURS, against: str = PEER) -> str:
     benchmark; a line saying which draft lacks it where only one has it, nothing where neither does. No paired
     tau: at that dtype the two drafts' outputs may part from plain decoding, and then from each other."""
     lines = []
-    for tag in speed_tags(folder, (ours, against)):
-        dtype, block = SPEED_TAG.fullmatch(tag).groups()
+    for match in speed_tags(folder, (ours, against)):
+        tag, (dtype, block) = match.group(0), match.groups()
         label = dtype + (f", verifying {block} tokens a step" if block else "")
         paths = {name: folder / f"{name}_report_{tag}.json" for name in (ours, against)}
         have = [name for name, path in paths.items() if path.is_file()]

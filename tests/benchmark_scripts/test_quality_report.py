@@ -140,6 +140,7 @@ def test_a_speed_report_of_one_draft_alone_is_named_not_tabled(tmp_path):
     assert "Speed at bfloat16: only peer was decoded at it (the speed phase, SPEED_DTYPE)." in text
     assert "sequences equal to plain |" not in text
 
+
 def test_a_shorter_verify_gets_its_own_table_after_the_full_blocks(tmp_path):
     """SPEED_BLOCK's reports (NAME_report_DTYPE_blockN.json) are tabled under their block, after the dtype's
     full-block pass and before shorter ones; a file that only looks like a speed report is not one."""
