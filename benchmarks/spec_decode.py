@@ -384,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
 
     settings: dict = {}
     profile: dict = {}
+    flex_slots = {max_len, proposer.cache_slots(max_len)}  # the target's cache and the draft's
     with torch.inference_mode():
         started = time.perf_counter()
         runs = time_methods(methods, prompts, new, block)
@@ -403,10 +404,10 @@ def main(argv: list[str] | None = None) -> int:
                         "fused, gemv": (args.gemv_decode, lambda: _entered(
                             torch._inductor.config.patch(coordinate_descent_tuning=True), FusedProjections(target))),
                         "fused, flex decode": (args.flex_decode, lambda: _entered(
-                            FusedProjections(target), FlexDecodeAttention(max_len, device))),
+                            FusedProjections(target), FlexDecodeAttention(flex_slots, device))),
                         "fused, gemv, flex decode": (args.gemv_decode and args.flex_decode, lambda: _entered(
                             torch._inductor.config.patch(coordinate_descent_tuning=True), FusedProjections(target),
-                            FlexDecodeAttention(max_len, device))),
+                            FlexDecodeAttention(flex_slots, device))),
                         # Both experiments together, when both are asked for: each may gain on its own matmuls.
                         "fused, autotuned": (args.fused_projections and args.autotuned_gemms,
                                              lambda: _entered(torch._inductor.config.patch(max_autotune_gemm=True),

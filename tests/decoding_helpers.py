@@ -25,12 +25,12 @@ def make_target(model_type: str, seed: int = 0, heads: int = 4):
     return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
 
 
-def make_draft(target, block_size: int, seed: int = 1) -> DFlashDraftModel:
+def make_draft(target, block_size: int, seed: int = 1, heads: int = 4) -> DFlashDraftModel:
     config = target.config
     torch.manual_seed(seed)
     draft_config = DFlashDraftConfig(
         hidden_size=config.hidden_size, vocab_size=config.vocab_size, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=96,
+        num_attention_heads=heads, num_key_value_heads=2, head_dim=16, intermediate_size=96,
         num_target_layers=config.num_hidden_layers, max_position_embeddings=512,
         dflash_config={"mask_token_id": 3, "target_layer_ids": [1, 2, 4], "block_size": block_size},
     )
@@ -46,12 +46,12 @@ def loops(target, draft: DFlashDraftModel, max_len: int) -> tuple[TargetRunner, 
 
 def qwen3_case(block: int, device: torch.device = torch.device("cpu"), heads: int = 4):
     """(target, draft, prompt, the target's eager greedy continuation of NEW + block tokens, cache slots for
-    NEW new tokens): the tiny qwen3 setup of the fast-path tests (`heads` query heads over two key/value
-    heads), on `device`."""
+    NEW new tokens): the tiny qwen3 setup of the fast-path tests (target and draft: `heads` query heads
+    over two key/value heads), on `device`."""
     target = make_target("qwen3", heads=heads).to(device)
     ids = prompt().to(device)
     reference = hf_greedy(target, ids, NEW + block)
-    draft = make_draft(target, block_size=block).to(device)
+    draft = make_draft(target, block_size=block, heads=heads).to(device)
     return target, draft, ids, reference, ids.shape[1] + NEW + block + 1
 
 

@@ -110,7 +110,8 @@ def test_flex_decode_fast_path_on_cuda_decodes_like_eager(monkeypatch, heads):
     compiled layers under CUDA graphs, here in float32 with IEEE dots, give transformers' eager greedy
     output in the plain and the speculative loop (with a transposed query the verify did not: flex_decode's
     docstring), for two query heads a key/value head and for three (folded into the query rows); flex
-    attention is compiled into both steps; eager sdpa only in the prefills."""
+    attention is compiled into both steps, the draft's attention too; eager sdpa only in the prefills and
+    the draft's first context."""
     import contextlib
 
     from decoding_helpers import NEW, PROMPT_LEN, compiled_attention, eager_sdpa_calls, loops, qwen3_case
@@ -130,7 +131,7 @@ def test_flex_decode_fast_path_on_cuda_decodes_like_eager(monkeypatch, heads):
     plain_runner, spec_runner, proposer = loops(target, draft, max_len)
     sdpa_calls = eager_sdpa_calls(monkeypatch)
     with contextlib.ExitStack() as stack:
-        for part in (FusedProjections(target), FlexDecodeAttention(max_len, device),
+        for part in (FusedProjections(target), FlexDecodeAttention({max_len, proposer.cache_slots(max_len)}, device),
                      CompiledLayers([*decoder_layers(target), *draft.layers], lengths={1, block})):
             stack.enter_context(part)
         plain, plain_ops = compiled_attention(
@@ -138,9 +139,9 @@ def test_flex_decode_fast_path_on_cuda_decodes_like_eager(monkeypatch, heads):
         spec, spec_ops = compiled_attention(lambda: generate(
             spec_runner, ids, proposer=proposer, max_new_tokens=NEW, graphs=StepGraphs.for_device(device)))
     assert plain.tokens == reference[:NEW] and spec.tokens == reference[:NEW]
-    # Not spec_ops == {...}: how inductor writes the draft's own attention (F.sdpa) differs by device.
-    assert plain_ops == {"flex_attention"} and "flex_attention" in spec_ops
-    assert sdpa_calls == [PROMPT_LEN] * 2 * len(decoder_layers(target))  # the two prompts' eager prefills
+    assert plain_ops == spec_ops == {"flex_attention"}  # the draft's attention is flex too
+    # The two prompts' eager prefills, and the draft's first context (the prompt's, eager: a new length).
+    assert sdpa_calls == [PROMPT_LEN] * 2 * len(decoder_layers(target)) + [block] * len(draft.layers)
 
 
 # Runs one forward of a saved nemotron_h in a fresh process. transformers binds each Mamba-2 function

@@ -50,7 +50,7 @@ def test_flex_decode_gives_sdpas_attention_for_any_mask(rows, mask_rows, length,
     key, value = torch.randn(2, rows, 2, slots, 16, generator=gen)
     mask = torch.rand(mask_rows, 1, length, slots + 7, generator=gen) < 0.3  # runner masks may be longer
     mask[..., 0] = True  # every query sees a key
-    flex = FlexDecodeAttention(slots, torch.device("cpu"))
+    flex = FlexDecodeAttention({slots}, torch.device("cpu"))
     module = _Attention(heads // 2)
 
     def attend(q, k, v, m):
@@ -72,7 +72,7 @@ def test_a_group_too_large_to_fold_keeps_sdpa():
     key, value = torch.randn(2, 1, 2, slots, 16, generator=gen)
     mask = torch.rand(1, 1, length, slots, generator=gen) < 0.5
     mask[..., 0] = True
-    flex, module = FlexDecodeAttention(slots, torch.device("cpu")), _Attention(3)
+    flex, module = FlexDecodeAttention({slots}, torch.device("cpu")), _Attention(3)
     out, ops = compiled_attention(lambda: torch.compile(
         lambda q, k, v, m: flex._attention(module, q, k, v, m)[0], fullgraph=True)(query, key, value, mask))
     torch.testing.assert_close(out, sdpa_attention_forward(module, query, key, value, mask)[0])
@@ -87,13 +87,14 @@ def test_fast_path_with_flex_decode_decodes_like_eager_and_compiles_once(monkeyp
     CPU in float32: transformers' eager greedy output in the plain and the speculative loop (partial accepts
     too); flex attention compiled into the one-token step and the block verify (a step that fell back to
     sdpa would time the wrong kernel without a word); eager sdpa only in the three prompts'
-    prefills; entering again compiles nothing new; transformers' function back."""
+    prefills and the draft's first context; entering again compiles nothing new; transformers' function back."""
     torch._dynamo.reset()
     sdpa_calls = eager_sdpa_calls(monkeypatch)
     block = 5
     target, draft, ids, reference, max_len = qwen3_case(block)
     plain_runner, spec_runner, proposer = loops(target, draft, max_len)
-    fast_path = [FusedProjections(target), FlexDecodeAttention(max_len, torch.device("cpu")),
+    cpu = torch.device("cpu")
+    fast_path = [FusedProjections(target), FlexDecodeAttention({max_len, proposer.cache_slots(max_len)}, cpu),
                  CompiledLayers([*decoder_layers(target), *draft.layers], lengths={1, block})]
     layers = len(decoder_layers(target))
     oracle = OracleProposer(reference, block, target.config.vocab_size, noise=0.3)
@@ -107,10 +108,46 @@ def test_fast_path_with_flex_decode_decodes_like_eager_and_compiles_once(monkeyp
             noisy = generate(spec_runner, ids, proposer=oracle, max_new_tokens=NEW)
         assert plain.tokens == reference[:NEW] and spec.tokens == reference[:NEW]
         assert noisy.tokens == reference[:NEW] and any(0 < a < block - 1 for a in noisy.accepted)
-        # Compiled on the first entry only; the verify's sdpa is the draft's own attention (F.sdpa, no mask).
-        expected = ({"flex_attention"}, {"flex_attention", "scaled_dot_product"})
-        assert (plain_ops, spec_ops) == (expected if entry == 0 else (set(), set()))
-        assert sdpa_calls == [PROMPT_LEN] * 3 * layers  # the three prefills
+        # Compiled on the first entry only, the draft's attention as flex attention too.
+        assert (plain_ops, spec_ops) == (({"flex_attention"},) * 2 if entry == 0 else (set(), set()))
+        # The three prefills and, after the second, the draft's first context (the prompt's, eager: a new
+        # length).
+        assert sdpa_calls == [PROMPT_LEN] * 2 * layers + [block] * len(draft.layers) + [PROMPT_LEN] * layers
         if entry:
             assert counters["stats"]["unique_graphs"] == graphs
         assert AttentionInterface()["sdpa"] is sdpa_attention_forward
+
+
+class _Recorded:
+    """A proposer that keeps every block of draft logits it hands out."""
+
+    def __init__(self, proposer):
+        self.proposer, self.block_size, self.logits = proposer, proposer.block_size, []
+
+    def reset(self, max_len: int) -> None:
+        self.proposer.reset(max_len)
+
+    def propose(self, *args) -> torch.Tensor:
+        self.logits.append(self.proposer.propose(*args).clone())
+        return self.logits[-1]
+
+
+@pytest.mark.parametrize("heads", [4, 6])
+def test_the_drafts_compiled_attention_is_flex_with_eager_drafts(heads):
+    """The draft's attention takes the fast path's function too: in its compiled steps (a block of queries,
+    one key vector for all, over the draft's longer cache) it is flex attention, for two query heads a
+    key/value head and for three (folded), and every block of draft logits is the eager draft's. Lossless
+    decoding would not show a wrong draft, hence the logits."""
+    torch._dynamo.reset()
+    block = 5
+    target, draft, ids, _, max_len = qwen3_case(block, heads=heads)
+    _, spec_runner, proposer = loops(target, draft, max_len)
+    eager = _Recorded(proposer)
+    expected = generate(spec_runner, ids, proposer=eager, max_new_tokens=NEW)
+    fast = _Recorded(proposer)
+    with (FlexDecodeAttention({max_len, proposer.cache_slots(max_len)}, torch.device("cpu")),
+          CompiledLayers(draft.layers, lengths={block})):
+        got, ops = compiled_attention(lambda: generate(spec_runner, ids, proposer=fast, max_new_tokens=NEW))
+    assert ops == {"flex_attention"} and got.tokens == expected.tokens and len(fast.logits) > 3
+    for want, have in zip(eager.logits, fast.logits, strict=True):
+        torch.testing.assert_close(have, want, rtol=1e-5, atol=1e-5)

@@ -105,17 +105,18 @@ class DecodingHarness:
         model = frozen.model
         spec_runner = TargetRunner(model, draft_model.target_layer_ids, max_len)
         compiled = compiles_by_default(device, spec_runner.recurrent is not None) if compile is None else compile
+        proposer = DraftProposer(draft_model, frozen.embedding, frozen.lm_head, block)
         # Our loops run the compiled layers, with the target's q/k/v and gate/up read by one matmul each and,
-        # on sdpa, the steps' attention as one flex-attention decoding kernel a layer where inductor has one
-        # for the target's head grouping (each measured faster on a GPU, RESULTS.md section 7).
+        # on sdpa, the steps' attention (the draft's too) as one flex-attention decoding kernel a layer where
+        # inductor has one for the target's head grouping (each measured faster on a GPU, RESULTS.md
+        # sections 7 and 8).
         fast_path: list = []
         if compiled:
             fast_path.append(FusedProjections(model))
             if attention == "sdpa" and flex_decodes(model.config, block):
-                fast_path.append(FlexDecodeAttention(max_len, device))
+                fast_path.append(FlexDecodeAttention({max_len, proposer.cache_slots(max_len)}, device))
             fast_path.append(CompiledLayers([*decoder_layers(model), *draft_model.layers], lengths={1, block}))
         return cls(frozen=frozen, draft=draft_model, attention=attention, spec_runner=spec_runner,
-                   plain_runner=TargetRunner(model, [], max_len),
-                   proposer=DraftProposer(draft_model, frozen.embedding, frozen.lm_head, block),
+                   plain_runner=TargetRunner(model, [], max_len), proposer=proposer,
                    spec_graphs=StepGraphs.for_device(device, cuda_graphs),
                    plain_graphs=StepGraphs.for_device(device, cuda_graphs), compiled=compiled, fast_path=fast_path)

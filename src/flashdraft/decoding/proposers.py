@@ -69,9 +69,13 @@ class DraftProposer:
         self._slots = torch.arange(self.block_size, device=self.device)
         self.kv: ContextKV | None = None
 
+    def cache_slots(self, max_len: int) -> int:
+        """The draft's key/value cache length for sequences of `max_len` tokens: the context of every
+        token plus one block past the end."""
+        return max_len + self.block_size
+
     def reset(self, max_len: int) -> None:
-        # Room for the context of every token plus one block past the end.
-        size = max_len + self.block_size
+        size = self.cache_slots(max_len)
         if self.kv is None or self.kv.max_len < size:
             self.kv = ContextKV(self.draft.config.num_hidden_layers, size)
             self.kv.length = torch.zeros((), dtype=torch.long, device=self.device)

@@ -11,10 +11,10 @@ import functools
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 from transformers import PreTrainedModel
 from transformers.cache_utils import Cache
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.qwen3.modeling_qwen3 import (
     Qwen3MLP,
     Qwen3RMSNorm,
@@ -36,7 +36,15 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
 
 
 class DFlashAttention(nn.Module):
-    """Queries from the block; keys/values from [context features ; block], one set of projections."""
+    """Queries from the block; keys/values from [context features ; block], one set of projections.
+
+    A dense mask goes to transformers' registered "sdpa" function, as a target layer's does, so decoding's
+    fast path (target/flex_decode.py) serves the draft's compiled steps as well as the target's.
+    """
+
+    # Read by transformers' sdpa function: the block attends both ways, and each key/value head serves
+    # `num_key_value_groups` query heads.
+    is_causal = False
 
     def __init__(self, config: DFlashDraftConfig, layer_idx: int):
         super().__init__()
@@ -44,6 +52,7 @@ class DFlashAttention(nn.Module):
         self.head_dim = config.head_dim
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
+        self.num_key_value_groups = self.num_heads // self.num_kv_heads
         self.scaling = self.head_dim**-0.5
         hidden, bias = config.hidden_size, config.attention_bias
         self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=bias)
@@ -78,12 +87,10 @@ class DFlashAttention(nn.Module):
         if isinstance(attention_mask, BlockMask):
             # Inside a compiled layer flex_attention is traced with the rest; alone it needs its own compile.
             flex = flex_attention if torch.compiler.is_compiling() else _compiled_flex_attention()
-            out = flex(q, k, v, block_mask=attention_mask, scale=self.scaling, enable_gqa=True)
+            out = flex(q, k, v, block_mask=attention_mask, scale=self.scaling, enable_gqa=True).transpose(1, 2)
         else:
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=attention_mask, scale=self.scaling, enable_gqa=True
-            )
-        return self.o_proj(out.transpose(1, 2).reshape(batch, q_len, -1))
+            out, _ = ALL_ATTENTION_FUNCTIONS["sdpa"](self, q, k, v, attention_mask, scaling=self.scaling)
+        return self.o_proj(out.reshape(batch, q_len, -1))
 
 
 class DFlashDecoderLayer(nn.Module):

@@ -1,4 +1,4 @@
-"""The target's attention in the compiled decoding steps as one flex-attention call a layer.
+"""The attention of the compiled decoding steps, the target's and the draft's, as one flex-attention call a layer.
 
 In a compiled batch-1 step, sdpa over the static cache with the runner's boolean mask is cuDNN's kernel, a
 reduction and the fused kernels that prepare its inputs: up to ~0.7 ms of a Qwen3-8B step's ~5.9 ms of
@@ -18,10 +18,14 @@ sdpa for decoding (SmolLM2-135M, 9 query heads over 3, bf16, one H100: 15.2 ms a
 in float32 with eager attention, section 8). For those groupings each key/value head's query heads are
 folded into the query rows (a verify of q tokens over a group of g heads: one head of g * q rows, all
 reading the same keys), which the decoding kernel serves as plain multi-head attention. Worth it: sdpa's
-cuDNN kernel for a masked 16-token verify took 55 us a layer there, against 5 us for one token.
+cuDNN kernel for a masked 16-token verify took 55 us a layer there, against 5 us for one token. The draft's
+16 queries over its own cache went the same way (cuDNN's 30 us a layer -> flex's ~23 us with its reductions;
+the draft + verify step 2.32 -> 2.24 ms side by side on one H100, section 8).
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection
 
 import torch
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
@@ -53,16 +57,16 @@ def _power_of_two(n: int) -> bool:
 class FlexDecodeAttention:
     """While entered, transformers' "sdpa" attention function, that of every model in the process (so enter
     it around the decoding steps only), runs flex attention in calls that torch.compile traces with a boolean
-    mask, `slots` keys and at most BLOCK query rows (tokens, times the heads of a group where those fold): the
-    fixed-shape steps of `CompiledLayers` over the runners' static caches (one token, a block verify). Every
-    other call (a prompt's eager prefill, where uncompiled flex attention is a slow reference) takes
-    transformers' sdpa. On exit the function that was registered before is back."""
+    mask, keys of one of the cache sizes `slots` and at most BLOCK query rows (tokens, times the heads of a
+    group where those fold): the fixed-shape steps of `CompiledLayers` over the runners' static caches (one
+    token, a block verify) and the draft's (its block's queries; the draft's attention takes this function
+    too). Every other call (a prompt's eager prefill, where uncompiled flex attention is a slow reference)
+    takes transformers' sdpa. On exit the function that was registered before is back."""
 
-    def __init__(self, slots: int, device: torch.device):
-        self.slots = slots
+    def __init__(self, slots: Collection[int], device: torch.device):
         # Built before anything compiles: dynamo guards on what a traced function reads, so lists built
         # while tracing would compile every layer again.
-        self._counts, self._indices = _all_blocks(slots, device)
+        self._blocks = {size: _all_blocks(size, device) for size in slots}
         self._previous = None
 
     def _attention(self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -76,11 +80,12 @@ class FlexDecodeAttention:
         # sdpa's extras (a position bias; softcap, which it refuses) stay with sdpa.
         extras = kwargs.get("position_bias") is not None or kwargs.get("softcap") is not None
         if (not torch.compiler.is_compiling() or attention_mask is None or attention_mask.dtype != torch.bool
-                or (groups if fold else 1) * length > BLOCK or slots != self.slots or dropout > 0 or extras):
+                or (groups if fold else 1) * length > BLOCK or slots not in self._blocks or dropout > 0 or extras):
             return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                           scaling=scaling, **kwargs)
         mask = attention_mask[:, 0, :, :slots]
-        per_row = mask.shape[0] > 1
+        # The draft's mask is one key vector for its whole block; the target's has one for each query.
+        per_row, per_query = mask.shape[0] > 1, mask.shape[1] > 1
         batch, heads, _, dim = query.shape
         # Folded: query head h reads key/value head h // groups (transformers' repeat_kv), so the heads of
         # one group are adjacent and become rows g * length + t of that key/value head, t the token.
@@ -91,9 +96,11 @@ class FlexDecodeAttention:
             # The last block reaches past the cache: flex attention hides those keys itself, but the mask is
             # read there too, so clamp the read.
             row = mask[b] if per_row else mask[0]
-            return row[q_idx % length if fold else q_idx, torch.clamp(kv_idx, max=slots - 1)]
+            token = (q_idx % length if fold else q_idx) if per_query else 0
+            return row[token, torch.clamp(kv_idx, max=slots - 1)]
 
-        block_mask = BlockMask.from_kv_blocks(self._counts, self._indices, BLOCK_SIZE=BLOCK, mask_mod=visible,
+        counts, indices = self._blocks[slots]
+        block_mask = BlockMask.from_kv_blocks(counts, indices, BLOCK_SIZE=BLOCK, mask_mod=visible,
                                               seq_lengths=(rows, slots), compute_q_blocks=False)
         out = flex_attention(query, key, value, block_mask=block_mask, scale=scaling, enable_gqa=not fold)
         return out.reshape(batch, heads, length, dim).transpose(1, 2).contiguous(), None
