@@ -54,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # this che
 
 from flashdraft.config import TargetConfig, load_config  # noqa: E402
 from flashdraft.data.sampling import Sampling, choose  # noqa: E402
-from flashdraft.decoding.decoding import generate  # noqa: E402
+from flashdraft.decoding.decoding import block_ids, generate, step_outcome  # noqa: E402
 from flashdraft.decoding.evaluate import DTYPES, ieee_float32_dots, resolve_device, resolve_dtype  # noqa: E402
 from flashdraft.decoding.harness import DecodingHarness, check_pair  # noqa: E402
 from flashdraft.decoding.sampling import accept_greedy  # noqa: E402
@@ -216,12 +216,12 @@ def breakdown(harness: DecodingHarness, prompt: torch.Tensor, new_tokens: int, r
 
         def acceptance_and_sync():
             accepted, bonus = accept_greedy(drafts, target_logits[0])
-            return torch.cat([accepted.view(1), drafts, bonus.view(1)]).tolist()
+            return step_outcome(accepted, drafts, bonus)
 
         parts = {
             "draft forward (graph)": lambda: spec_graphs.run("draft", proposer.propose, anchor, position, context,
                                                              valid),
-            "drafts' argmax, block ids": lambda: torch.cat([anchor, choose(draft_logits, GREEDY, None)[0]])[None],
+            "drafts' argmax, block ids": lambda: block_ids(anchor, choose(draft_logits, GREEDY, None)[0]),
             "verify forward (graph)": lambda: spec_graphs.run("verify", spec_runner.forward, ids, position),
             "acceptance, host sync": acceptance_and_sync,
             "plain forward (graph)": lambda: plain_graphs.run("decode", plain_runner.forward, anchor.view(1, 1),

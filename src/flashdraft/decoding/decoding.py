@@ -55,6 +55,18 @@ def _finish(tokens: list[int], new: list[int], max_new_tokens: int, stop_ids: Co
 
 
 
+def block_ids(anchor: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
+    """[1, B]: the ids a verify reads, the anchor then the B-1 drafts."""
+    return torch.cat([anchor, drafts])[None]
+
+
+def step_outcome(accepted: torch.Tensor, drafts: torch.Tensor, bonus: torch.Tensor) -> tuple[int, list[int]]:
+    """(drafts accepted, the tokens the step emits: those drafts, then the bonus) through the one host sync of
+    a speculative step."""
+    host = torch.cat([accepted.view(1), drafts, bonus.view(1)]).tolist()
+    return host[0], host[1 : 1 + host[0]] + [host[-1]]
+
+
 def _prefill(
     runner: TargetRunner,
     prompt_ids: torch.Tensor,
@@ -145,17 +157,13 @@ class _Loop:
                 "draft", proposer.propose, anchor, position, context, valid, graph=context.shape[1] == block
             )[0]
             drafts, draft_probs = choose(draft_logits, params, generator)
-            ids = torch.cat([anchor, drafts])[None]
-            target_logits, features = graphs.run("verify", runner.forward, ids, position)
+            target_logits, features = graphs.run("verify", runner.forward, block_ids(anchor, drafts), position)
             if params.greedy:
                 accepted, bonus = accept_greedy(drafts, target_logits[0])
             else:
                 target_probs = sampling_probs(target_logits[0], params)
                 accepted, bonus = accept_sampled(drafts, draft_probs, target_probs, generator)
-            # The one host sync of the step: accept count, then the block's drafts and the bonus.
-            host = torch.cat([accepted.view(1), drafts, bonus.view(1)]).tolist()
-            n_acc = host[0]
-            new = host[1 : 1 + n_acc] + [host[-1]]
+            n_acc, new = step_outcome(accepted, drafts, bonus)
             runner.commit(n_acc + 1, block, graphs)
             before = len(tokens)
             done = _finish(tokens, new, max_new_tokens, stop_ids)
