@@ -57,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from flashdraft.decoding.decoding import generate  # noqa: E402
 from flashdraft.decoding.evaluate import ieee_float32_dots  # noqa: E402
-from flashdraft.decoding.harness import target_attention  # noqa: E402
+from flashdraft.decoding.harness import flex_decode_for, target_attention  # noqa: E402
 from flashdraft.decoding.memory_floor import (  # noqa: E402
     copy_bandwidth,
     floor_ms,
@@ -71,7 +71,6 @@ from flashdraft.model import DFlashDraftConfig, DFlashDraftModel  # noqa: E402
 from flashdraft.target import grouped_attention  # noqa: E402
 from flashdraft.target.cache_kwarg import cache_kwarg  # noqa: E402
 from flashdraft.target.compiled_layers import CompiledLayers  # noqa: E402
-from flashdraft.target.flex_decode import FlexDecodeAttention  # noqa: E402
 from flashdraft.target.frozen import decoder_layers  # noqa: E402
 from flashdraft.target.fused_projections import FusedProjections  # noqa: E402
 from flashdraft.target.step_graphs import StepGraphs  # noqa: E402
@@ -384,7 +383,6 @@ def main(argv: list[str] | None = None) -> int:
 
     settings: dict = {}
     profile: dict = {}
-    flex_slots = {max_len, proposer.cache_slots(max_len)}  # the target's cache and the draft's
     with torch.inference_mode():
         started = time.perf_counter()
         runs = time_methods(methods, prompts, new, block)
@@ -404,10 +402,10 @@ def main(argv: list[str] | None = None) -> int:
                         "fused, gemv": (args.gemv_decode, lambda: _entered(
                             torch._inductor.config.patch(coordinate_descent_tuning=True), FusedProjections(target))),
                         "fused, flex decode": (args.flex_decode, lambda: _entered(
-                            FusedProjections(target), FlexDecodeAttention(flex_slots, device))),
+                            FusedProjections(target), flex_decode_for(max_len, proposer, device))),
                         "fused, gemv, flex decode": (args.gemv_decode and args.flex_decode, lambda: _entered(
                             torch._inductor.config.patch(coordinate_descent_tuning=True), FusedProjections(target),
-                            FlexDecodeAttention(flex_slots, device))),
+                            flex_decode_for(max_len, proposer, device))),
                         # Both experiments together, when both are asked for: each may gain on its own matmuls.
                         "fused, autotuned": (args.fused_projections and args.autotuned_gemms,
                                              lambda: _entered(torch._inductor.config.patch(max_autotune_gemm=True),

@@ -118,7 +118,7 @@ def test_flex_decode_fast_path_on_cuda_decodes_like_eager(monkeypatch, heads):
     from flashdraft.decoding.decoding import generate
     from flashdraft.decoding.evaluate import ieee_float32_dots
     from flashdraft.target.compiled_layers import CompiledLayers
-    from flashdraft.target.flex_decode import FlexDecodeAttention
+    from flashdraft.decoding.harness import flex_decode_for
     from flashdraft.target.frozen import decoder_layers
     from flashdraft.target.fused_projections import FusedProjections
     from flashdraft.target.step_graphs import StepGraphs
@@ -131,7 +131,7 @@ def test_flex_decode_fast_path_on_cuda_decodes_like_eager(monkeypatch, heads):
     plain_runner, spec_runner, proposer = loops(target, draft, max_len)
     sdpa_calls = eager_sdpa_calls(monkeypatch)
     with contextlib.ExitStack() as stack:
-        for part in (FusedProjections(target), FlexDecodeAttention({max_len, proposer.cache_slots(max_len)}, device),
+        for part in (FusedProjections(target), flex_decode_for(max_len, proposer, device),
                      CompiledLayers([*decoder_layers(target), *draft.layers], lengths={1, block})):
             stack.enter_context(part)
         plain, plain_ops = compiled_attention(

@@ -15,6 +15,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from decoding_helpers import NEW, PROMPT_LEN, OracleProposer, compiled_attention, eager_sdpa_calls, loops, qwen3_case
 from flashdraft.decoding.decoding import generate
+from flashdraft.decoding.harness import flex_decode_for
 from flashdraft.target.compiled_layers import CompiledLayers
 from flashdraft.target.flex_decode import FlexDecodeAttention, flex_decodes
 from flashdraft.target.frozen import decoder_layers
@@ -93,8 +94,7 @@ def test_fast_path_with_flex_decode_decodes_like_eager_and_compiles_once(monkeyp
     block = 5
     target, draft, ids, reference, max_len = qwen3_case(block)
     plain_runner, spec_runner, proposer = loops(target, draft, max_len)
-    cpu = torch.device("cpu")
-    fast_path = [FusedProjections(target), FlexDecodeAttention({max_len, proposer.cache_slots(max_len)}, cpu),
+    fast_path = [FusedProjections(target), flex_decode_for(max_len, proposer, torch.device("cpu")),
                  CompiledLayers([*decoder_layers(target), *draft.layers], lengths={1, block})]
     layers = len(decoder_layers(target))
     oracle = OracleProposer(reference, block, target.config.vocab_size, noise=0.3)
@@ -145,7 +145,7 @@ def test_the_drafts_compiled_attention_is_flex_with_eager_drafts(heads):
     eager = _Recorded(proposer)
     expected = generate(spec_runner, ids, proposer=eager, max_new_tokens=NEW)
     fast = _Recorded(proposer)
-    with (FlexDecodeAttention({max_len, proposer.cache_slots(max_len)}, torch.device("cpu")),
+    with (flex_decode_for(max_len, proposer, torch.device("cpu")),
           CompiledLayers(draft.layers, lengths={block})):
         got, ops = compiled_attention(lambda: generate(spec_runner, ids, proposer=fast, max_new_tokens=NEW))
     assert ops == {"flex_attention"} and got.tokens == expected.tokens and len(fast.logits) > 3

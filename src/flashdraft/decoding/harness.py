@@ -54,6 +54,12 @@ def check_pair(target: TargetConfig, draft: Path, key: str) -> tuple[TargetSourc
     return source, draft_config, target_config
 
 
+def flex_decode_for(max_len: int, proposer: DraftProposer, device: torch.device) -> FlexDecodeAttention:
+    """The fast path's flex attention for loops over sequences of `max_len` tokens: over the target's cache
+    and the draft's, one block longer."""
+    return FlexDecodeAttention({max_len, proposer.cache_slots(max_len)}, device)
+
+
 @dataclass
 class DecodingHarness:
     """What both loops of one evaluation share; `fast()` enters the fast path around them."""
@@ -114,7 +120,7 @@ class DecodingHarness:
         if compiled:
             fast_path.append(FusedProjections(model))
             if attention == "sdpa" and flex_decodes(model.config, block):
-                fast_path.append(FlexDecodeAttention({max_len, proposer.cache_slots(max_len)}, device))
+                fast_path.append(flex_decode_for(max_len, proposer, device))
             fast_path.append(CompiledLayers([*decoder_layers(model), *draft_model.layers], lengths={1, block}))
         return cls(frozen=frozen, draft=draft_model, attention=attention, spec_runner=spec_runner,
                    plain_runner=TargetRunner(model, [], max_len), proposer=proposer,
