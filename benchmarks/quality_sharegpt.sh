@@ -32,7 +32,8 @@
 # flashdraft: specforge==0.2.0 and dflash==0.1.0 (pip install --no-deps). Environment: STEPS (optimizer steps
 # of each draft, default 400), MAX_LENGTH (training length = the answers' limit, default 1024), SHARD_BATCH
 # (prompts a generate call, default 128: 8 processes at 256 ran out of the H200's memory on long ShareGPT
-# prompts), CHECKPOINT_EVERY (training steps between checkpoints, default 100: a phase stopped at a machine
+# prompts), SHARD_ROWS (warmup.rows of the graphed backend: of a call's SHARD_BATCH prompts, this many decode at
+# once, each finished row taking the next; default unset, all at once), CHECKPOINT_EVERY (training steps between checkpoints, default 100: a phase stopped at a machine
 # window's end resumes from the newest one), EVAL_NEW_TOKENS (decoded tokens a prompt, default 256; the second-turn benchmark's context answers
 # get twice that), TEMPERATURE and TOP_P (the answers' sampling, default 0.2 and 0.9), WARMUP_BACKEND (warmup.backend, default auto: graphed on a GPU), DEVICE (evaluation: cuda; cpu for a smoke
 # run), ATTENTION (flex; sdpa on a CPU), DRAFTS (the drafts trained, evaluated and collected, default
@@ -95,7 +96,7 @@ warmup)
     shard=$(basename "$prompts" .jsonl)
     # A cache folder each: processes that materialise the same target into one folder would race.
     run flashdraft warmup --target "$gguf" --prompts "$prompts" --output "$work/warmup_$shard" \
-      --cache-dir "$work/cache_$shard" --max-new-tokens "$max_length" --temperature "${TEMPERATURE:-0.2}" --top-p "${TOP_P:-0.9}" --batch-size "${SHARD_BATCH:-128}" \
+      --cache-dir "$work/cache_$shard" --max-new-tokens "$max_length" --temperature "${TEMPERATURE:-0.2}" --top-p "${TOP_P:-0.9}" --batch-size "${SHARD_BATCH:-128}" ${SHARD_ROWS:+--rows "$SHARD_ROWS"} \
       --backend "${WARMUP_BACKEND:-auto}" --max-length "$max_length" > "$work/warmup_$shard.log" 2>&1 &
     pids+=($!)
   done

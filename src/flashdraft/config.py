@@ -157,6 +157,9 @@ class WarmupConfig:
     thinking: bool | None = None  # the chat template's enable_thinking switch; None: its default
     # Prompts per generate call; None: static 8 on a CPU and 64 on a GPU, graphed 64, continuous and vllm 512.
     batch_size: int | None = None
+    # graphed backend: prompts of a call decoded at once (None: all of them); a row whose answer ended takes
+    # the call's next prompt, so long answers do not hold the short ones' rows.
+    rows: int | None = None
     # WARMUP_BACKENDS (flashdraft.data.generation): auto takes vLLM where installed on a GPU, else the
     # graphed backend (or continuous batching, for sliding windows) on a GPU for targets it serves, else static.
     backend: str = "auto"
@@ -165,7 +168,7 @@ class WarmupConfig:
     format: str = "jsonl"  # jsonl | parquet
 
     def __post_init__(self) -> None:
-        _at_least(self, "warmup", num_samples=1, max_new_tokens=1, max_length=1, batch_size=1,
+        _at_least(self, "warmup", num_samples=1, max_new_tokens=1, max_length=1, batch_size=1, rows=1,
                   temperature=0.0, top_k=0)
         if self.top_p is not None:
             _check(0 < self.top_p <= 1, "warmup.top_p", "in (0, 1]", self.top_p)

@@ -391,6 +391,8 @@ WARMUP_CASES = [
     C("warmup-top-p-above-1", f"{WARMUP} --top-p 1.5", "warmup.top_p must be in (0, 1]"),
     C("warmup-negative-temperature", f"{WARMUP} --temperature -1", "warmup.temperature must be >= 0"),
     C("warmup-zero-new-tokens", f"{WARMUP} --max-new-tokens 0", "warmup.max_new_tokens must be >= 1"),
+    C("warmup-zero-rows", f"{WARMUP} --rows 0", "warmup.rows must be >= 1"),
+    C("warmup-rows-static-backend", f"{WARMUP} --backend static --rows 2", "warmup.rows is the graphed backend's"),
     C("warmup-thinking-maybe", f"{WARMUP} --thinking maybe", "expected on or off"),
     C("warmup-format-csv", f"{WARMUP} --format csv", "invalid choice"),
     C("warmup-chat-template-missing", f"{WARMUP} --chat-template {{tmp}}/nope.jinja", "nope.jinja"),

@@ -10,6 +10,7 @@ import json
 import pytest
 import torch
 
+from flashdraft.data.sampling import Sampling
 from train_helpers import alphabet_chats, read_metrics, run_cli, tiny_train_args
 
 pytestmark = [
@@ -142,6 +143,28 @@ def test_flex_decode_fast_path_on_cuda_decodes_like_eager(monkeypatch, heads):
     assert plain_ops == spec_ops == {"flex_attention"}  # the draft's attention is flex too
     # The two prompts' eager prefills, and the draft's first context (the prompt's, eager: a new length).
     assert sdpa_calls == [PROMPT_LEN] * 2 * len(decoder_layers(target)) + [block] * len(draft.layers)
+
+
+@pytest.mark.parametrize("compile_layers", [False, True])
+def test_graphed_rows_taking_waiting_prompts_answer_like_static_batches_on_cuda(tiny_target, compile_layers):
+    """The graphed backend with fewer rows than prompts, its decode step replayed as a CUDA graph (eager and
+    compiled layers): a row taking a waiting prompt writes its keys into the cache outside the graph and its
+    slots into the mask the graph reads; float32 with IEEE dots, the answers equal transformers' `generate`'s."""
+    from transformers import AutoModelForCausalLM
+
+    from flashdraft.data.generation import StaticGenerator, completion
+    from flashdraft.decoding.evaluate import ieee_float32_dots
+    from flashdraft.target.batch_decoder import BatchDecoder
+
+    ieee_float32_dots()
+    torch._dynamo.reset()
+    model = AutoModelForCausalLM.from_pretrained(tiny_target("qwen3"), dtype=torch.float32).to("cuda").eval()
+    prompts = [[5, 6, 7, 8], [9, 10, 11], [12, 13, 14, 15, 16, 17], [40, 41], [7, 8], [30, 31, 32, 33], [50]]
+    limits = [40, 3, 33, 17, 5, 30, 36]
+    expected = StaticGenerator(model, stop_ids=[2], pad_id=0).generate(prompts, Sampling(), limits, [0])
+    decoder = BatchDecoder(model, pad_id=0, compile_layers=compile_layers)
+    answers = decoder.decode(prompts, limits, [2], lambda logits: logits.argmax(-1), rows=3)
+    assert [completion(a, {2}, limit) for a, limit in zip(answers, limits)] == expected
 
 
 # Runs one forward of a saved nemotron_h in a fresh process. transformers binds each Mamba-2 function

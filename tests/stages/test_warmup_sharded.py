@@ -15,8 +15,14 @@ import torch
 
 from flashdraft import cli
 from flashdraft.data import regenerate as regen
-from flashdraft.data.generation import ContinuousGenerator, GraphedGenerator, StaticGenerator, resolve_backend
-from flashdraft.data.sampling import Sampling
+from flashdraft.data.generation import (
+    ContinuousGenerator,
+    GraphedGenerator,
+    StaticGenerator,
+    completion,
+    resolve_backend,
+)
+from flashdraft.data.sampling import Sampling, choose
 from flashdraft.errors import UserError
 from flashdraft.target.batch_decoder import kv_cache_bytes
 from flashdraft.target.cache_kwarg import cache_kwarg
@@ -106,6 +112,51 @@ def test_graphed_backend_answers_like_static_batches(tiny_target):
     assert graphed.generate(prompts, hot, limits, [8]) != sampled
 
 
+def test_graphed_rows_take_waiting_prompts_and_answer_like_static_batches(tiny_target):
+    """Fewer rows than prompts (greedy, float32): a row whose prompt stopped or reached its limit takes the next
+    waiting prompt into its slots of the ring cache, and every answer is still transformers' `generate`'s: with
+    long and short limits, prompts of other lengths than the first rows', stop tokens, a ring that wraps
+    (prompts taken late, with long limits), and one row for all. Sampled answers are fixed by the seed."""
+    from flashdraft.target.batch_decoder import BatchDecoder
+
+    model = _tiny_model(tiny_target)
+    prompts = [*PADDED, [7, 8], [30, 31, 32, 33, 34, 35, 36, 37], [50], [60, 61, 62]]
+    limits = [40, 3, 33, 17, 5, 30, 2, 36]
+    static = StaticGenerator(model, stop_ids=[2], pad_id=0).generate(prompts, Sampling(), limits, [0])
+    assert [len(c.token_ids) for c in static] == limits
+    stops = sorted({c.token_ids[6] for c in static if len(c.token_ids) > 6})
+    stopping = StaticGenerator(model, stop_ids=stops, pad_id=0).generate(prompts, Sampling(), limits, [0])
+    assert any(c.finish_reason == "stop" for c in stopping) and any(c.finish_reason == "length" for c in stopping)
+    decoder = BatchDecoder(model, pad_id=0)
+    greedy = lambda logits: logits.argmax(-1)  # noqa: E731
+    for rows in (3, 1):
+        for stop_ids, expected in (([2], static), (stops, stopping)):
+            answers = decoder.decode(prompts, limits, stop_ids, greedy, rows=rows)
+            got = [completion(a, set(stop_ids), limit) for a, limit in zip(answers, limits)]
+            assert got == expected, (rows, stop_ids)
+    generator = torch.Generator().manual_seed(3)
+    hot = lambda logits: choose(logits, Sampling(temperature=1.0), generator)[0]  # noqa: E731
+    sampled = decoder.decode(prompts, limits, [2], hot, rows=3)
+    generator.manual_seed(3)
+    assert decoder.decode(prompts, limits, [2], hot, rows=3) == sampled
+
+
+def test_a_graphed_warmup_with_fewer_rows_writes_the_same_greedy_answers(tiny_target, tmp_path):
+    """`warmup.rows` end to end (the graphed backend, here on the CPU): batches of 5 prompts decoded 2 rows at a
+    time answer greedily what the whole batches answer, and the manifest records the setting."""
+    prompts = _prompts(tmp_path / "p.jsonl", 9)
+    args = ["warmup", "--target", str(tiny_target("qwen3")), "--prompts", prompts, "--max-new-tokens", "12",
+            "--batch-size", "5", "--backend", "graphed", "--temperature", "0"]
+    answers = {}
+    for rows in (None, 2):
+        out = tmp_path / f"rows_{rows}"
+        with as_in_a_cpu_subprocess():
+            assert cli.main([*args, "--output", str(out), *(["--rows", str(rows)] if rows else [])]) == 0
+        answers[rows] = [json.loads(line)["messages"] for line in (out / "train.jsonl").read_text().splitlines()]
+        assert json.loads((out / "manifest.json").read_text())["settings"]["rows"] == rows
+    assert len(answers[2]) == 9 and answers[2] == answers[None]
+
+
 @torch._dynamo.config.patch(recompile_limit=1)  # restored after the test
 def test_graphed_backend_compiled_layers_answer_like_eager_ones_with_one_graph_a_layer(tiny_target):
     """The GPU default, here with inductor on the CPU (float32, greedy): compiled decode-step layers give
@@ -134,7 +185,7 @@ def test_graphed_backend_compiled_layers_answer_like_eager_ones_with_one_graph_a
 
 
 def test_graphed_backend_out_of_memory_names_the_batch_and_the_fix(tiny_target, monkeypatch):
-    """A batch whose cache and prefill do not fit is a UserError naming its size, the KV cache it needs
+    """A batch whose cache and prefill do not fit is a UserError naming its rows and size, the KV cache it needs
     (counted as transformers allocates it) and the settings to change, not a CUDA traceback."""
     from transformers import StaticCache
 
@@ -151,11 +202,15 @@ def test_graphed_backend_out_of_memory_names_the_batch_and_the_fix(tiny_target, 
     with pytest.raises(UserError) as raised:
         graphed.generate(prompts, Sampling(), limits, [0])
     assert str(raised.value) == (
-        "warmup.backend graphed ran out of GPU memory on a batch of 4 prompts of up to 6 tokens with 40 new tokens "
-        f"each (a {allocated / 2**30:.1f} GiB KV cache, besides the prefill's activations); lower "
-        "warmup.batch_size or warmup.max_length (in a new output folder: both change the batches), or use "
-        "warmup.backend continuous")
+        "warmup.backend graphed ran out of GPU memory on 4 rows of a batch of 4 prompts, each row holding up to 46 "
+        f"tokens of prompt and answer (a {allocated / 2**30:.1f} GiB KV cache, besides the prefill's activations); "
+        "lower warmup.rows, warmup.batch_size or warmup.max_length (in a new output folder: each changes the "
+        "batches), or use warmup.backend continuous")
     assert kv_cache_bytes(model.config, 4 * 46, torch.float32) == allocated
+    fewer = GraphedGenerator(model, stop_ids=[2], pad_id=0, rows=2)
+    monkeypatch.setattr(fewer.decoder, "decode", full)
+    with pytest.raises(UserError, match="on 2 rows of a batch of 4 prompts, each row holding up to 46 tokens"):
+        fewer.generate(prompts, Sampling(), limits, [0])
 
 
 def test_graphed_backend_refuses_hybrid_and_sliding_window_targets(tiny_target):

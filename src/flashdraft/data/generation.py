@@ -94,9 +94,9 @@ def resolve_backend(backend: str, target_config, device: torch.device) -> str:
 
 
 def load_generator(backend: str, path: Path, tokenizer, stop_ids: Sequence[int], *, seed: int, device: torch.device,
-                   decode_steps: int, trust_remote_code: bool = False):
+                   decode_steps: int, rows: int | None = None, trust_remote_code: bool = False):
     """`decode_steps`: about how many batched decode steps this process will run (batches x new tokens),
-    for the graphed backend's rule on compiling its layers."""
+    for the graphed backend's rule on compiling its layers; `rows`: the graphed backend's rows in flight."""
     if backend == "vllm":
         return VllmGenerator(path, stop_ids, seed, trust_remote_code=trust_remote_code)
     from transformers import AutoModelForCausalLM
@@ -111,7 +111,7 @@ def load_generator(backend: str, path: Path, tokenizer, stop_ids: Sequence[int],
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_ids[0]
     model = model.to(device).eval()
     if backend == "graphed":
-        return GraphedGenerator(model, stop_ids, pad, compile_layers=compiles_layers(device, decode_steps))
+        return GraphedGenerator(model, stop_ids, pad, compile_layers=compiles_layers(device, decode_steps), rows=rows)
     return {"static": StaticGenerator, "continuous": ContinuousGenerator}[backend](model, stop_ids, pad)
 
 
@@ -155,11 +155,13 @@ class StaticGenerator:
 
 
 class GraphedGenerator:
-    """Static-cache batches with CUDA-graph decode steps (`BatchDecoder`); answers as StaticGenerator's."""
+    """Static-cache batches with CUDA-graph decode steps (`BatchDecoder`); answers as StaticGenerator's.
+    `rows`: at most this many of a call's prompts decode at once, a finished row taking the next."""
 
-    def __init__(self, model, stop_ids: Sequence[int], pad_id: int, compile_layers: bool = False):
+    def __init__(self, model, stop_ids: Sequence[int], pad_id: int, compile_layers: bool = False,
+                 rows: int | None = None):
         self.decoder = BatchDecoder(model, pad_id, compile_layers=compile_layers)
-        self.stop_ids = set(stop_ids)
+        self.stop_ids, self.rows = set(stop_ids), rows
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: Sampling, limits: Sequence[int],
                  seeds: Sequence[int]) -> list[Completion]:
@@ -167,17 +169,18 @@ class GraphedGenerator:
         generator = torch.Generator(self.decoder.device).manual_seed(seeds[0])
         try:
             rows = self.decoder.decode(prompts, limits, sorted(self.stop_ids),
-                                       lambda logits: choose(logits, sampling, generator)[0])
+                                       lambda logits: choose(logits, sampling, generator)[0], rows=self.rows)
         except torch.OutOfMemoryError as err:
-            # One static cache holds the whole batch at its longest prompt plus its largest limit.
-            width, new = max(len(p) for p in prompts), max(limits)
-            cache = kv_cache_bytes(self.decoder.model.config, len(prompts) * (width + new),
-                                   self.decoder.model.dtype)
+            # One static cache holds every row in flight at the longest prompt plus its limit.
+            in_flight = min(self.rows or len(prompts), len(prompts))
+            ring = max(len(p) + limit for p, limit in zip(prompts, limits))
+            cache = kv_cache_bytes(self.decoder.model.config, in_flight * ring, self.decoder.model.dtype)
             raise UserError(
-                f"warmup.backend graphed ran out of GPU memory on a batch of {len(prompts)} prompts of up to "
-                f"{width} tokens with {new} new tokens each (a {cache / 2**30:.1f} GiB KV cache, besides the "
-                "prefill's activations); lower warmup.batch_size or warmup.max_length (in a new output folder: "
-                "both change the batches), or use warmup.backend continuous"
+                f"warmup.backend graphed ran out of GPU memory on {in_flight} rows of a batch of {len(prompts)} "
+                f"prompts, each row holding up to {ring} tokens of prompt and answer (a {cache / 2**30:.1f} GiB KV "
+                "cache, besides the prefill's activations); lower warmup.rows, warmup.batch_size or "
+                "warmup.max_length (in a new output folder: each changes the batches), or use warmup.backend "
+                "continuous"
             ) from err
         return [completion(row, self.stop_ids, limit) for row, limit in zip(rows, limits)]
 

@@ -105,6 +105,9 @@ def run_warmup(
             "supports it as target.chat_template (--chat-template)"
         )
     backend = resolve_backend(warmup.backend, config, device)
+    if warmup.rows is not None and backend != "graphed":
+        raise UserError(f"warmup.rows is the graphed backend's, and this warmup runs the {backend} backend; leave "
+                        "warmup.rows unset, or use warmup.backend graphed (a GPU, an attention-only target)")
     batch_size = warmup.batch_size or default_batch(backend, device)
     limits = [n for n in (getattr(config, "max_position_embeddings", None), warmup.max_length) if n]
     context = min(limits) if limits else None
@@ -115,7 +118,8 @@ def run_warmup(
         "prompts": list(warmup.prompts), "num_samples": len(rows), "seed": warmup.seed,
         "sampling": {"max_new_tokens": warmup.max_new_tokens, **asdict(sampling)},
         "max_length": context,
-        "thinking": warmup.thinking, "turns": warmup.turns, "batch_size": batch_size, "backend": backend,
+        "thinking": warmup.thinking, "turns": warmup.turns, "batch_size": batch_size, "rows": warmup.rows,
+        "backend": backend,
         "format": warmup.format,
         "chat_template_sha256": hashlib.sha256(template.encode()).hexdigest(),
     }
@@ -126,9 +130,10 @@ def run_warmup(
 
     stop_ids = stop_token_ids(tokenizer, generation_config)
     # This rank's share of the batches, each up to max_new_tokens decode steps (the first turns' count).
-    decode_steps = -(-len(rows) // (batch_size * world)) * warmup.max_new_tokens
+    decode_steps = -(-len(rows) // (min(warmup.rows or batch_size, batch_size) * world)) * warmup.max_new_tokens
     generator = load_generator(backend, path, tokenizer, stop_ids, seed=warmup.seed, device=device,
-                               decode_steps=decode_steps, trust_remote_code=target.trust_remote_code)
+                               decode_steps=decode_steps, rows=warmup.rows,
+                               trust_remote_code=target.trust_remote_code)
     work = output / WORK_DIR
     fresh = not output.exists()
     dataset = output / f"train.{warmup.format}"

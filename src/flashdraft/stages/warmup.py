@@ -37,6 +37,9 @@ FLAGS = [
     Flag("--batch-size", "warmup.batch_size",
          "prompts per generate call (default: static 8 on a CPU, 64 on a GPU; graphed 64; others 512)",
          {"type": int}),
+    Flag("--rows", "warmup.rows",
+         "graphed backend: prompts of a call decoded at once, a finished row taking the next (default: all)",
+         {"type": int}),
     Flag("--backend", "warmup.backend", "auto: vLLM when installed on a GPU, else graphed batches on a GPU "
          "(attention-only targets; continuous batching where they have sliding windows), else static batches",
          {"choices": WARMUP_BACKENDS}),

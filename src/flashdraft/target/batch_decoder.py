@@ -9,8 +9,13 @@ on the device), so it is captured once per call and replayed. Attention runs gro
 (`grouped_attention`): the query heads that share a key/value head read it once, not a copy of the cache
 per head. In long runs on a GPU the decoder layers run compiled in the decode steps (`compiled_layers`;
 eager, a step is ~40 tiny kernels a layer), one graph a layer for every batch's shapes. All rows step
-together; a row that has stopped keeps stepping until every row has stopped or reached its limit, and its
-tokens past the stop are dropped by the caller.
+together, and the caller drops each row's tokens past its stop or limit.
+
+With fewer rows than prompts, a row whose prompt has stopped or reached its limit takes the next waiting
+prompt at the next stop check (prefilled apart, its keys and values copied into the row's slots, which the
+step's mask then covers), so rows do not idle while the longest answer of a batch runs on: in issue 22's
+regeneration 43% of the row-steps kept a token (benchmarks/RESULTS.md section 8). The cache is a ring of
+slots a row sized to the longest prompt plus its limit, so a row's new prompt and answer always fit.
 """
 
 from __future__ import annotations
@@ -100,60 +105,120 @@ class BatchDecoder:
         self.layers = CompiledLayers(decoder_layers(model), lengths={1}, dynamic=True) if compile_layers else None
 
     def decode(self, prompts: Sequence[Sequence[int]], limits: Sequence[int], stop_ids: Sequence[int],
-               choose) -> list[list[int]]:
-        """Each prompt's next max(limits) tokens (the caller cuts each at its stop token or its limit).
+               choose, rows: int | None = None) -> list[list[int]]:
+        """Each prompt's next tokens, at least its limit's worth unless it stopped (the caller cuts each at its
+        stop token or its limit).
 
-        `choose`: float logits [rows, V] -> tokens [rows] (greedy or sampled, on the device)."""
+        `choose`: float logits [rows, V] -> tokens [rows] (greedy or sampled, on the device).
+        `rows`: at most this many prompts decode at once (None: all); a row whose prompt has stopped or
+        reached its limit takes the next waiting prompt at the next stop check."""
         # Grouped attention for this call only: the caller's model keeps its own for other uses.
         self.model.set_attn_implementation(self.attention)
         try:
             with self.layers or contextlib.nullcontext():
-                return self._decode(prompts, limits, stop_ids, choose)
+                return self._decode(prompts, limits, stop_ids, choose, min(rows or len(prompts), len(prompts)))
         finally:
             self.model.set_attn_implementation("sdpa")
 
-    @torch.no_grad()
-    def _decode(self, prompts: Sequence[Sequence[int]], limits: Sequence[int], stop_ids: Sequence[int],
-                choose) -> list[list[int]]:
-        rows, width, new = len(prompts), max(len(p) for p in prompts), max(limits)
-        max_len = width + new
-        device = self.device
-        ids = torch.full((rows, width), self.pad_id, dtype=torch.long)
-        in_prompt = torch.zeros((rows, max_len), dtype=torch.bool)
+    def _prefill(self, prompts: Sequence[Sequence[int]], cache: StaticCache,
+                 length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-padded prompts through the model into slots 0..width-1 of `cache` (`length` slots a row): (the
+        next-token logits [rows, V], which of those slots hold a prompt token [rows, width])."""
+        width, device = max(len(p) for p in prompts), self.device
+        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         for row, prompt in enumerate(prompts):
             ids[row, width - len(prompt):] = torch.tensor(list(prompt), dtype=torch.long)
-            in_prompt[row, width - len(prompt):width] = True
-        ids, in_prompt = ids.to(device), in_prompt.to(device)
-        starts = (width - torch.tensor([len(p) for p in prompts])).to(device)  # where each prompt begins
-        slots = torch.arange(max_len, device=device)
-        cache = static_cache(self.model.config, max_len, GRAPHED_REFUSAL)
-
-        # Prefill: each position sees its own prompt's earlier tokens; a pad sees itself only, which
-        # keeps its (unused) hidden states finite.
+        lengths = torch.tensor([len(p) for p in prompts], device=device)
+        slots = torch.arange(length, device=device)
+        in_prompt = slots[None, :] >= (width - lengths)[:, None]  # [rows, length], true up to `width` only
+        in_prompt[:, width:] = False
+        # Each position sees its own prompt's earlier tokens; a pad sees itself only, which keeps its
+        # (unused) hidden states finite.
         earlier = slots[None, :] <= slots[:width, None]  # [query, key]
-        visible = ((in_prompt[:, None, :] & earlier) | (slots[None, :] == slots[:width, None]))[:, None]
-        positions = (slots[None, :width] - starts[:, None]).clamp(min=0)
-        logits = self.model(input_ids=ids, position_ids=positions, attention_mask=visible,
+        visible = (in_prompt[:, None, :] & earlier) | (slots[None, :] == slots[:width, None])
+        positions = (slots[None, :width] - (width - lengths)[:, None]).clamp(min=0)
+        logits = self.model(input_ids=ids.to(device), position_ids=positions, attention_mask=visible[:, None],
                             use_cache=True, logits_to_keep=1, **{self.cache_name: cache}).logits[:, -1].float()
+        return logits, in_prompt[:, :width]
 
-        def step(tokens: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+    @torch.no_grad()
+    def _decode(self, prompts: Sequence[Sequence[int]], limits: Sequence[int], stop_ids: Sequence[int],
+                choose, rows: int) -> list[list[int]]:
+        # The cache is a ring of slots a row: every row writes its next token at the same slot, and a row that
+        # takes a new prompt gets it in the slots just before that one, so one sequence of at most `ring` tokens
+        # never overwrites its own keys, whatever the other rows hold.
+        device, config = self.device, self.model.config
+        ring = max(len(p) + limit for p, limit in zip(prompts, limits))
+        cache = static_cache(config, ring, GRAPHED_REFUSAL)
+        logits, in_prompt = self._prefill(prompts[:rows], cache, ring)
+        width = in_prompt.shape[1]
+        owner = torch.zeros((rows, ring), dtype=torch.bool, device=device)  # the slots of each row's sequence
+        owner[:, :width] = in_prompt
+        position = in_prompt.sum(1)  # of each row's next token
+        slots = torch.arange(ring, device=device)
+
+        def step(tokens: torch.Tensor, slot: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
             set_cache_length(cache, slot)
-            seen = in_prompt | ((slots >= width) & (slots <= slot))[None]
-            out = self.model(input_ids=tokens, position_ids=(slot - starts)[:, None],
-                             attention_mask=seen[:, None, None, :], use_cache=True, **{self.cache_name: cache})
+            owner.index_fill_(1, slot.view(1), True)
+            out = self.model(input_ids=tokens, position_ids=positions[:, None],
+                             attention_mask=owner[:, None, None, :], use_cache=True, **{self.cache_name: cache})
             return out.logits[:, -1].float()
+
+        def refill(row_ids: list[int], waiting: list[int], slot: int) -> torch.Tensor:
+            """Prompts `waiting` into rows `row_ids`, their last token just before `slot`: their logits."""
+            span = max(len(prompts[i]) for i in waiting)
+            small = static_cache(config, span, GRAPHED_REFUSAL)
+            fresh, fresh_prompt = self._prefill([prompts[i] for i in waiting], small, span)
+            target = (slot - span + torch.arange(span, device=device)) % ring
+            chosen_rows = torch.tensor(row_ids, device=device)
+            for layer, new in zip(cache.layers, small.layers):
+                # [rows, heads, slots, dim] indexed at rows x slots: the [k, span, heads, dim] values.
+                layer.keys[chosen_rows[:, None], :, target[None, :]] = new.keys.transpose(1, 2)
+                layer.values[chosen_rows[:, None], :, target[None, :]] = new.values.transpose(1, 2)
+            owner[chosen_rows] = False
+            owner[chosen_rows[:, None], target[None, :]] = fresh_prompt
+            position[chosen_rows] = fresh_prompt.sum(1)
+            return fresh
 
         graphs = StepGraphs.for_device(device)  # per call: its graph holds this call's cache
         stops = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
-        row_limits = torch.tensor(list(limits), device=device)
         stopped = torch.zeros(rows, dtype=torch.bool, device=device)
+        holder = list(range(rows))  # each row's prompt; None once nothing was left to take
+        begun = [0] * rows  # the step at which each row's prompt began
+        spans: list[tuple[int, int, int, int]] = []  # (prompt, row, first step, end step)
+        waiting = list(range(rows, len(prompts)))
         chosen = []
-        for t in range(new):
+        t = 0
+        horizon = max(limits[:rows])  # the step by which every row's prompt has reached its limit
+        while True:
+            if t > 0 and (t % STOP_CHECK_EVERY == 0 or t == horizon):
+                ended = stopped.tolist()
+                free = [row for row in range(rows) if holder[row] is not None
+                        and (ended[row] or t - begun[row] >= limits[holder[row]])]
+                for row in free:
+                    spans.append((holder[row], row, begun[row], t))
+                    holder[row], begun[row] = None, t
+                if all(h is None for h in holder) and not waiting:
+                    break
+                taken = free[: len(waiting)]
+                if taken:
+                    given, waiting = waiting[: len(taken)], waiting[len(taken):]
+                    fresh = refill(taken, given, (width + t) % ring)
+                    logits = logits.clone()
+                    logits[torch.tensor(taken, device=device)] = fresh
+                    stopped[torch.tensor(taken, device=device)] = False
+                    for row, prompt in zip(taken, given):
+                        holder[row] = prompt
+                horizon = max(begun[row] + limits[h] for row, h in enumerate(holder) if h is not None)
             token = choose(logits)
             chosen.append(token)
             stopped |= torch.isin(token, stops)
-            if t + 1 == new or ((t + 1) % STOP_CHECK_EVERY == 0 and bool((stopped | (row_limits <= t + 1)).all())):
-                break
             # slots[i] is a view on the device: no host-to-device copy a step.
-            logits = graphs.run("decode", step, token[:, None], slots[width + t])
-        return torch.stack(chosen, dim=1).tolist()
+            logits = graphs.run("decode", step, token[:, None], slots[(width + t) % ring], position)
+            position += 1
+            t += 1
+        steps = torch.stack(chosen, dim=1).tolist()  # [rows, steps]
+        out: list[list[int]] = [[] for _ in prompts]
+        for prompt, row, first, end in spans:
+            out[prompt] = steps[row][first:end]
+        return out
