@@ -118,8 +118,9 @@ def run_warmup(
         "prompts": list(warmup.prompts), "num_samples": len(rows), "seed": warmup.seed,
         "sampling": {"max_new_tokens": warmup.max_new_tokens, **asdict(sampling)},
         "max_length": context,
-        "thinking": warmup.thinking, "turns": warmup.turns, "batch_size": batch_size, "rows": warmup.rows,
-        "backend": backend,
+        "thinking": warmup.thinking, "turns": warmup.turns, "batch_size": batch_size, "backend": backend,
+        # Only where set: the settings of a run begun before the option existed still match.
+        **({"rows": warmup.rows} if warmup.rows is not None else {}),
         "format": warmup.format,
         "chat_template_sha256": hashlib.sha256(template.encode()).hexdigest(),
     }
