@@ -25,15 +25,17 @@
 # Seeds are fixed (data.seed, train.seed, warmup.seed, evaluate.seed = 0). Phases are separate so each fits a
 # machine window; WORK keeps the state between them. On one H200: warmup ~7 minutes with static
 # batches for run 2's ~3,000 prompts, ~10.5 minutes with graphed batches for run 3's 12,000 (4.2M answer
-# tokens at T=0.8), ~12.5 for run 4's (5.4M at T=0.2: longer answers, many of them loops), train 3
+# tokens at T=0.8), ~12.5 for run 4's (5.4M at T=0.2: longer answers, many of them loops), 6 on one H100 for those prompts where
+# 128 rows a shard each take the next prompt as they finish, train 3
 # minutes at 400 steps (7 at 1,200), evaluate ~9 minutes a draft in float32 (RESULTS.md
 # section 8, run 2, before float32 decoding on GPUs moved to eager attention: 2.4x faster plain steps,
 # section 7). Needs, besides
 # flashdraft: specforge==0.2.0 and dflash==0.1.0 (pip install --no-deps). Environment: STEPS (optimizer steps
 # of each draft, default 400), MAX_LENGTH (training length = the answers' limit, default 1024), SHARD_BATCH
-# (prompts a generate call, default 128: 8 processes at 256 ran out of the H200's memory on long ShareGPT
-# prompts), SHARD_ROWS (warmup.rows of the graphed backend: of a call's SHARD_BATCH prompts, this many decode at
-# once, each finished row taking the next; default unset, all at once), CHECKPOINT_EVERY (training steps between checkpoints, default 100: a phase stopped at a machine
+# (prompts a generate call; default 1,536 on a GPU, at least a shard of 12,000 prompts, else 128), SHARD_ROWS
+# (warmup.rows of the graphed backend: of a call's SHARD_BATCH prompts, this many decode at once, each finished
+# row taking the next; default 128 on a GPU, where WARMUP_BACKEND is auto or graphed, else unset: all at once;
+# 8 processes of 256 at once ran out of the H200's memory on long ShareGPT prompts), CHECKPOINT_EVERY (training steps between checkpoints, default 100: a phase stopped at a machine
 # window's end resumes from the newest one), EVAL_NEW_TOKENS (decoded tokens a prompt, default 256; the second-turn benchmark's context answers
 # get twice that), TEMPERATURE and TOP_P (the answers' sampling, default 0.2 and 0.9), WARMUP_BACKEND (warmup.backend, default auto: graphed on a GPU), DEVICE (evaluation: cuda; cpu for a smoke
 # run), ATTENTION (flex; sdpa on a CPU), DRAFTS (the drafts trained, evaluated and collected, default
@@ -91,25 +93,40 @@ warmup)
   # settings (SmolLM2-135M-Instruct's card: T=0.2, top-p 0.9; runs 1 to 3 used the Nemotron recipe's
   # T=0.8, where a quarter of the answer tokens are not the target's greedy choice: RESULTS.md section 8) up
   # to the training length.
+  # On a GPU the graphed backend decodes a whole shard 128 rows at a time, each finished row taking the next
+  # prompt: twice as fast as batches of 128 that each run until their longest answer ends (RESULTS.md section 8).
+  shard_batch=${SHARD_BATCH:-128} shard_rows=${SHARD_ROWS:-}
+  if [[ ${WARMUP_BACKEND:-auto} =~ ^(auto|graphed)$ ]] && python3 -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then
+    shard_batch=${SHARD_BATCH:-1536} shard_rows=${SHARD_ROWS:-128}
+  fi
   pids=()
   for prompts in "$data"/prompts_*.jsonl; do
     shard=$(basename "$prompts" .jsonl)
     # A cache folder each: processes that materialise the same target into one folder would race.
     run flashdraft warmup --target "$gguf" --prompts "$prompts" --output "$work/warmup_$shard" \
-      --cache-dir "$work/cache_$shard" --max-new-tokens "$max_length" --temperature "${TEMPERATURE:-0.2}" --top-p "${TOP_P:-0.9}" --batch-size "${SHARD_BATCH:-128}" ${SHARD_ROWS:+--rows "$SHARD_ROWS"} \
+      --cache-dir "$work/cache_$shard" --max-new-tokens "$max_length" --temperature "${TEMPERATURE:-0.2}" --top-p "${TOP_P:-0.9}" --batch-size "$shard_batch" ${shard_rows:+--rows "$shard_rows"} \
       --backend "${WARMUP_BACKEND:-auto}" --max-length "$max_length" > "$work/warmup_$shard.log" 2>&1 &
     pids+=($!)
   done
   # The second-turn benchmark: the target answers both user turns greedily; its own first answer is
-  # then the context of the second turn.
-  run flashdraft warmup --target "$gguf" --prompts "$data/sharegpt_second_turn_source.jsonl" \
-    --output "$work/warmup_second_turn" --cache-dir "$work/cache_second_turn" --max-new-tokens $((2 * ${EVAL_NEW_TOKENS:-256})) --temperature 0 \
-    --backend "${WARMUP_BACKEND:-auto}" --turns all > "$work/warmup_second_turn.log" 2>&1 &
-  pids+=($!)
+  # then the context of the second turn. A WORK that already answered the same conversations from another
+  # DATA (the benchmark files of an --exclude chain are identical) keeps its answers.
+  source=$work/warmup_second_turn/manifest.json
+  earlier=
+  [ ! -f "$source" ] ||
+    earlier=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['settings']['prompts'][0])" "$source")
+  if [ -z "$earlier" ] || ! cmp -s "$earlier" "$data/sharegpt_second_turn_source.jsonl"; then
+    run flashdraft warmup --target "$gguf" --prompts "$data/sharegpt_second_turn_source.jsonl" \
+      --output "$work/warmup_second_turn" --cache-dir "$work/cache_second_turn" --max-new-tokens $((2 * ${EVAL_NEW_TOKENS:-256})) --temperature 0 \
+      --backend "${WARMUP_BACKEND:-auto}" --turns all > "$work/warmup_second_turn.log" 2>&1 &
+    pids+=($!)
+  fi
   wait_all "${pids[@]}"
   cp "$work/warmup_second_turn/train.jsonl" "$work/sharegpt_second_turn.jsonl"
+  # The target as this run's first shard materialised it (each warmup checks it against the GGUF).
+  first=$(ls "$data"/prompts_*.jsonl | head -n 1)
   python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['target_path'])" \
-    "$work/warmup_second_turn/manifest.json" > "$work/target_path"  # every DATA has this one, whatever its shards
+    "$work/warmup_$(basename "$first" .jsonl)/manifest.json" > "$work/target_path"
   ;;
 train)
   work=$3

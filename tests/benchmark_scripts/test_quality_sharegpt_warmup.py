@@ -1,0 +1,55 @@
+"""`quality_sharegpt.sh warmup` over an --exclude chain: a second DATA's shards warm up into the WORK of the first,
+which keeps its answers to the second-turn conversations (the same file in both DATA); a DATA whose conversations
+differ is refused rather than mixed in."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from train_helpers import cpu_env
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "quality_sharegpt.sh"
+CONVERSATION = [{"role": "user", "content": "name a colour"}, {"role": "assistant", "content": "red"},
+                {"role": "user", "content": "and another"}]
+
+
+def write_data(folder: Path, shard: int, second_turn: list[dict]) -> Path:
+    folder.mkdir()
+    prompts = ({"messages": [{"role": "user", "content": f"prompt {shard} {i}"}]} for i in range(3))
+    (folder / f"prompts_{shard}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in prompts))
+    (folder / "sharegpt_second_turn_source.jsonl").write_text(json.dumps({"messages": second_turn}) + "\n")
+    return folder
+
+
+def warmup(target: Path, data: Path, work: Path) -> subprocess.CompletedProcess:
+    env = cpu_env(PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+                  WARMUP_BACKEND="static", MAX_LENGTH="48", EVAL_NEW_TOKENS="4", SHARD_BATCH="2")
+    return subprocess.run(["bash", str(SCRIPT), "warmup", str(target), str(data), str(work)],
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_a_second_data_adds_its_shards_and_keeps_the_second_turn_answers(tiny_target, tmp_path):
+    target, work = tiny_target("qwen3"), tmp_path / "work"
+    first = warmup(target, write_data(tmp_path / "data", 0, CONVERSATION), work)
+    assert first.returncode == 0, first.stderr
+    second_turn = (work / "warmup_second_turn" / "train.jsonl").read_bytes()
+    (work / "warmup_second_turn.log").unlink()
+
+    second = warmup(target, write_data(tmp_path / "data2", 1, CONVERSATION), work)
+    assert second.returncode == 0, second.stderr
+    assert not (work / "warmup_second_turn.log").exists()  # not run again
+    assert (work / "sharegpt_second_turn.jsonl").read_bytes() == second_turn
+    for shard in (0, 1):
+        assert len((work / f"warmup_prompts_{shard}" / "train.jsonl").read_text().splitlines()) == 3
+    # The target as the second DATA's shard materialised it: a model folder the train phase can load.
+    assert (Path((work / "target_path").read_text().strip()) / "config.json").is_file()
+
+    other = [*CONVERSATION[:2], {"role": "user", "content": "a different second turn"}]
+    refused = warmup(target, write_data(tmp_path / "data3", 2, other), work)
+    assert refused.returncode != 0
+    assert "holds a finished warmup with other settings" in (work / "warmup_second_turn.log").read_text()
+    assert (work / "sharegpt_second_turn.jsonl").read_bytes() == second_turn
