@@ -109,24 +109,22 @@ warmup)
     pids+=($!)
   done
   # The second-turn benchmark: the target answers both user turns greedily; its own first answer is
-  # then the context of the second turn. A WORK that already answered the same conversations from another
-  # DATA (the benchmark files of an --exclude chain are identical) keeps its answers.
-  source=$work/warmup_second_turn/manifest.json
-  earlier=
-  [ ! -f "$source" ] ||
-    earlier=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['settings']['prompts'][0])" "$source")
-  if [ -z "$earlier" ] || ! cmp -s "$earlier" "$data/sharegpt_second_turn_source.jsonl"; then
-    run flashdraft warmup --target "$gguf" --prompts "$data/sharegpt_second_turn_source.jsonl" \
-      --output "$work/warmup_second_turn" --cache-dir "$work/cache_second_turn" --max-new-tokens $((2 * ${EVAL_NEW_TOKENS:-256})) --temperature 0 \
-      --backend "${WARMUP_BACKEND:-auto}" --turns all > "$work/warmup_second_turn.log" 2>&1 &
-    pids+=($!)
+  # then the context of the second turn. A WORK that answered the same conversations from another DATA (an
+  # --exclude chain's benchmark files are identical) names that DATA's file, so the warmup finds its answers.
+  conversations=$data/sharegpt_second_turn_source.jsonl
+  if [ -f "$work/warmup_second_turn/manifest.json" ]; then
+    earlier=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['settings']['prompts'][0])" \
+      "$work/warmup_second_turn/manifest.json")
+    ! cmp -s "$earlier" "$conversations" || conversations=$earlier
   fi
+  run flashdraft warmup --target "$gguf" --prompts "$conversations" \
+    --output "$work/warmup_second_turn" --cache-dir "$work/cache_second_turn" --max-new-tokens $((2 * ${EVAL_NEW_TOKENS:-256})) --temperature 0 \
+    --backend "${WARMUP_BACKEND:-auto}" --turns all > "$work/warmup_second_turn.log" 2>&1 &
+  pids+=($!)
   wait_all "${pids[@]}"
   cp "$work/warmup_second_turn/train.jsonl" "$work/sharegpt_second_turn.jsonl"
-  # The target as this run's first shard materialised it (each warmup checks it against the GGUF).
-  first=$(ls "$data"/prompts_*.jsonl | head -n 1)
   python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['target_path'])" \
-    "$work/warmup_$(basename "$first" .jsonl)/manifest.json" > "$work/target_path"
+    "$work/warmup_second_turn/manifest.json" > "$work/target_path"  # every DATA has this one, whatever its shards
   ;;
 train)
   work=$3
