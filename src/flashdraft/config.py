@@ -158,7 +158,9 @@ class WarmupConfig:
     # Prompts per generate call; None: static 8 on a CPU and 64 on a GPU, graphed 64, continuous and vllm 512.
     batch_size: int | None = None
     # graphed backend: prompts of a call decoded at once (None: all of them); a row whose answer ended takes
-    # the call's next prompt, so long answers do not hold the short ones' rows.
+    # the call's next prompt, so long answers do not hold the short ones' rows. It pays with many prompts a
+    # row (batch_size of several times rows): 2x for 1,495 prompts through 128 rows, 1.2x for 256
+    # (benchmarks/RESULTS.md section 8).
     rows: int | None = None
     # WARMUP_BACKENDS (flashdraft.data.generation): auto takes vLLM where installed on a GPU, else the
     # graphed backend (or continuous batching, for sliding windows) on a GPU for targets it serves, else static.
