@@ -34,7 +34,8 @@
 # of each draft, default 400), MAX_LENGTH (training length = the answers' limit, default 1024), SHARD_BATCH
 # (prompts a generate call; default 1,536 on a GPU, at least a shard of 12,000 prompts, else 128), SHARD_ROWS
 # (warmup.rows of the graphed backend: of a call's SHARD_BATCH prompts, this many decode at once, each finished
-# row taking the next; default 128 on a GPU, where WARMUP_BACKEND is auto or graphed, else unset: all at once;
+# row taking the next; default 128 on a GPU, where WARMUP_BACKEND is auto or graphed, else unset: all at once,
+# as are the runs before the thirty-first session, SHARD_BATCH=128 SHARD_ROWS= on a GPU;
 # 8 processes of 256 at once ran out of the H200's memory on long ShareGPT prompts), CHECKPOINT_EVERY (training steps between checkpoints, default 100: a phase stopped at a machine
 # window's end resumes from the newest one), EVAL_NEW_TOKENS (decoded tokens a prompt, default 256; the second-turn benchmark's context answers
 # get twice that), TEMPERATURE and TOP_P (the answers' sampling, default 0.2 and 0.9), WARMUP_BACKEND (warmup.backend, default auto: graphed on a GPU), DEVICE (evaluation: cuda; cpu for a smoke
@@ -97,7 +98,7 @@ warmup)
   # prompt: twice as fast as batches of 128 that each run until their longest answer ends (RESULTS.md section 8).
   shard_batch=${SHARD_BATCH:-128} shard_rows=${SHARD_ROWS:-}
   if [[ ${WARMUP_BACKEND:-auto} =~ ^(auto|graphed)$ ]] && python3 -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then
-    shard_batch=${SHARD_BATCH:-1536} shard_rows=${SHARD_ROWS:-128}
+    shard_batch=${SHARD_BATCH:-1536} shard_rows=${SHARD_ROWS-128}  # SHARD_ROWS= (empty): all at once
   fi
   pids=()
   for prompts in "$data"/prompts_*.jsonl; do
