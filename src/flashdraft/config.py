@@ -178,9 +178,18 @@ class WarmupConfig:
             raise UserError("warmup.backend transformers was split in two: static (padded batches) and continuous "
                             "(transformers' continuous batching); use one of those, or auto")
         _one_of(self.backend, "warmup.backend", WARMUP_BACKENDS)
+        if self.backend != "auto":  # auto is resolved with the target and the device (flashdraft.data.warmup)
+            check_warmup_rows(self.rows, self.backend)
         _one_of(self.turns, "warmup.turns", ("first", "all"))
         _one_of(self.format, "warmup.format", ("jsonl", "parquet"))
         _check(bool(self.prompts), "warmup.prompts", "at least one dataset spec", self.prompts)
+
+
+def check_warmup_rows(rows: int | None, backend: str) -> None:
+    """warmup.rows is the graphed backend's; `backend` is the one named or the one auto resolved to."""
+    if rows is not None and backend != "graphed":
+        raise UserError(f"warmup.rows is the graphed backend's, and this warmup runs the {backend} backend; leave "
+                        "warmup.rows unset, or use warmup.backend graphed (a GPU, an attention-only target)")
 
 
 @dataclass(kw_only=True)

@@ -157,6 +157,19 @@ def test_a_graphed_warmup_with_fewer_rows_writes_the_same_greedy_answers(tiny_ta
     assert len(answers[2]) == 9 and answers[2] == answers[None]
 
 
+def test_rows_with_auto_resolving_to_another_backend_is_refused_before_decoding(tiny_target, tmp_path, capsys):
+    """warmup.rows with backend auto: on a CPU auto takes static batches, so the rows cannot apply; the error
+    names the resolved backend and the fix, and no output folder is left (a named backend is refused earlier,
+    by the config: docs/bad-inputs.md)."""
+    out = tmp_path / "out"
+    args = ["warmup", "--target", str(tiny_target("qwen3")), "--prompts", _prompts(tmp_path / "p.jsonl", 3),
+            "--output", str(out), "--rows", "2"]
+    with as_in_a_cpu_subprocess():
+        assert cli.main(args) == 2
+    assert "warmup.rows is the graphed backend's, and this warmup runs the static backend" in capsys.readouterr().err
+    assert not out.exists()
+
+
 @torch._dynamo.config.patch(recompile_limit=1)  # restored after the test
 def test_graphed_backend_compiled_layers_answer_like_eager_ones_with_one_graph_a_layer(tiny_target):
     """The GPU default, here with inductor on the CPU (float32, greedy): compiled decode-step layers give

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from flashdraft.config import TargetConfig, WarmupConfig
+from flashdraft.config import TargetConfig, WarmupConfig, check_warmup_rows
 from flashdraft.data import regenerate as regen
 from flashdraft.data.generation import default_batch, load_generator, resolve_backend
 from flashdraft.data.sampling import Sampling, target_sampling
@@ -105,9 +105,7 @@ def run_warmup(
             "supports it as target.chat_template (--chat-template)"
         )
     backend = resolve_backend(warmup.backend, config, device)
-    if warmup.rows is not None and backend != "graphed":
-        raise UserError(f"warmup.rows is the graphed backend's, and this warmup runs the {backend} backend; leave "
-                        "warmup.rows unset, or use warmup.backend graphed (a GPU, an attention-only target)")
+    check_warmup_rows(warmup.rows, backend)
     batch_size = warmup.batch_size or default_batch(backend, device)
     limits = [n for n in (getattr(config, "max_position_embeddings", None), warmup.max_length) if n]
     context = min(limits) if limits else None
