@@ -32,6 +32,7 @@ from flashdraft.errors import UserError
 from flashdraft.target.batch_decoder import (
     GRAPHED_REFUSAL,
     BatchDecoder,
+    cache_layout,
     compiles_layers,
     has_sliding_window,
     kv_cache_bytes,
@@ -172,8 +173,7 @@ class GraphedGenerator:
                                        lambda logits: choose(logits, sampling, generator)[0], rows=self.rows)
         except torch.OutOfMemoryError as err:
             # One static cache holds every row in flight at the longest prompt plus its limit.
-            in_flight = min(self.rows or len(prompts), len(prompts))
-            ring = max(len(p) + limit for p, limit in zip(prompts, limits))
+            in_flight, ring = cache_layout(prompts, limits, self.rows)
             cache = kv_cache_bytes(self.decoder.model.config, in_flight * ring, self.decoder.model.dtype)
             raise UserError(
                 f"warmup.backend graphed ran out of GPU memory on {in_flight} rows of a batch of {len(prompts)} "

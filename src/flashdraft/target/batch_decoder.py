@@ -62,6 +62,12 @@ def kv_cache_bytes(config, slots: int, dtype: torch.dtype) -> int:
     return 2 * config.num_hidden_layers * heads * head_dim * slots * dtype.itemsize
 
 
+def cache_layout(prompts: Sequence[Sequence[int]], limits: Sequence[int], rows: int | None) -> tuple[int, int]:
+    """(rows in flight, ring slots a row) of one decode call: at most `rows` prompts at once (None: all), each
+    row's ring long enough for the longest prompt plus its limit."""
+    return min(rows or len(prompts), len(prompts)), max(len(p) + limit for p, limit in zip(prompts, limits))
+
+
 def has_sliding_window(config) -> bool:
     """Whether a model of `config` has sliding-window attention layers (which static_cache refuses)."""
     return _sliding(StaticCache(config=config, max_cache_len=1))
@@ -116,7 +122,7 @@ class BatchDecoder:
         self.model.set_attn_implementation(self.attention)
         try:
             with self.layers or contextlib.nullcontext():
-                return self._decode(prompts, limits, stop_ids, choose, min(rows or len(prompts), len(prompts)))
+                return self._decode(prompts, limits, stop_ids, choose, *cache_layout(prompts, limits, rows))
         finally:
             self.model.set_attn_implementation("sdpa")
 
@@ -143,12 +149,11 @@ class BatchDecoder:
 
     @torch.no_grad()
     def _decode(self, prompts: Sequence[Sequence[int]], limits: Sequence[int], stop_ids: Sequence[int],
-                choose, rows: int) -> list[list[int]]:
+                choose, rows: int, ring: int) -> list[list[int]]:
         # The cache is a ring of slots a row: every row writes its next token at the same slot, and a row that
         # takes a new prompt gets it in the slots just before that one, so one sequence of at most `ring` tokens
         # never overwrites its own keys, whatever the other rows hold.
         device, config = self.device, self.model.config
-        ring = max(len(p) + limit for p, limit in zip(prompts, limits))
         cache = static_cache(config, ring, GRAPHED_REFUSAL)
         logits, in_prompt = self._prefill(prompts[:rows], cache, ring)
         width = in_prompt.shape[1]
