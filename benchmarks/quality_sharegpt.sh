@@ -156,10 +156,11 @@ evaluate)
   # section 4), about ten minutes an evaluation, and the issue's goals are absolute taus.
   decode "$name" "$data" "$work" float32 "$work/results/${name}_report.json" > "$work/results/$name.log" 2>&1
   # Teacher-forced expected tau of the same draft on the target's own answers to held-out ShareGPT
-  # conversations: the number training optimises, beside the tau that decoding reaches.
+  # conversations: the number training optimises, beside the tau that decoding reaches. The training's
+  # settings come first (a variant's draft shape must match its export), the measure's own after them.
   run python3 "$here/heldout_tau.py" --config smollm2_135m --draft "$work/train_$name/export" \
     --eval "sharegpt_heldout=$work/sharegpt_second_turn.jsonl" --out "$work/results/${name}_heldout_tau.json" \
-    -- "target.name_or_path=$(cat "$work/target_path")" target.dtype=bfloat16 "data.max_length=$max_length" \
+    -- ${TRAIN_ARGS:-} "target.name_or_path=$(cat "$work/target_path")" target.dtype=bfloat16 "data.max_length=$max_length" \
     objective.num_anchors=64 "objective.attention=${ATTENTION:-flex}" >> "$work/results/$name.log" 2>&1
   [ -z "$speed_dtype" ] || bash "$0" speed "$name" "$data" "$work"
   ;;
@@ -193,7 +194,7 @@ open(sys.argv[2], 'w').writelines(json.dumps(r) + '\n' for r in rows if r['finis
     for anchors in train tail; do
       run python3 "$here/heldout_tau.py" --config smollm2_135m --draft "$work/train_$name/export" \
         --eval "bench_stopped=$work/bench_stopped.jsonl" --anchors "$anchors" \
-        --out "$work/results/${name}_bench_${anchors}.json" -- "target.name_or_path=$target" \
+        --out "$work/results/${name}_bench_${anchors}.json" -- ${TRAIN_ARGS:-} "target.name_or_path=$target" \
         target.dtype=bfloat16 "data.max_length=$max_length" objective.num_anchors=64 \
         "objective.attention=${ATTENTION:-flex}" > "$work/results/anchors_${name}_${anchors}.log" 2>&1 &
       pids+=($!)

@@ -191,3 +191,30 @@ def test_the_variants_speed_passes_run_one_at_a_time(tmp_path, work):
                       TRAIN_ARGS="train.seed=0", STEPS="300", SPEED_DTYPE="bfloat16")
     assert result.returncode != 0
     assert [(half / "results" / "flashdraft_bfloat16.log").exists() for half in halves] == [True, False]
+
+
+def test_a_variants_teacher_forced_score_loads_its_draft_with_its_own_settings(tmp_path, work):
+    """The evaluate phase, run by the variants phase with TRAIN_ARGS holding the variant's settings, hands
+    them to heldout_tau.py before the measure's own keys: an 8-layer variant's export is then loaded as the
+    8-layer draft it is (with the recipe's 4 layers the load is refused), while the measure keeps its 64
+    anchors. python3 is replaced by a recorder of its arguments: what runs is not under test, only what it
+    is given."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls.jsonl"
+    recorder = bin_dir / "python3"
+    recorder.write_text(f"#!{os.environ.get('SHELL', '/bin/bash')}\n"
+                        f"printf '%s\\0' \"$@\" >> {calls}; printf '\\n' >> {calls}\n")
+    recorder.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("STEPS", "MAX_LENGTH", "SPEED_DTYPE")}
+    env.update(PATH=f"{bin_dir}{os.pathsep}{env['PATH']}", DRAFTS="flashdraft",
+               TRAIN_ARGS="train.seed=0 draft.num_layers=8 objective.num_anchors=128")
+    result = subprocess.run(["bash", str(SCRIPT), "evaluate", "flashdraft", str(tmp_path / "data"), str(work)],
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    runs = [line.split("\0")[:-1] for line in calls.read_text().splitlines() if line]
+    scored = [args for args in runs if args[0].endswith("heldout_tau.py")]
+    assert len(scored) == 1, runs
+    overrides = scored[0][scored[0].index("--") + 1:]
+    assert overrides[:3] == ["train.seed=0", "draft.num_layers=8", "objective.num_anchors=128"]
+    assert overrides.index("objective.num_anchors=64") > overrides.index("objective.num_anchors=128")
