@@ -30,11 +30,17 @@ def slot_curves(specs: list[str]) -> dict[str, dict]:
         path = Path(file)
         if not path.is_file():
             raise SystemExit(f"error: {path} does not exist; give a JSON that heldout_tau.py wrote")
-        record = json.loads(path.read_text())
-        results = record.get("results")
+        try:
+            record = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise SystemExit(f"error: {path} is not JSON ({err}); give a JSON that heldout_tau.py wrote") from None
+        results = record.get("results") if isinstance(record, dict) else None
         if not results:
             raise SystemExit(f"error: {path} holds no 'results'; give a JSON that heldout_tau.py wrote")
         for name, result in results.items():
+            if "eval_tau" not in result or "eval_acc_slot_1" not in result:
+                raise SystemExit(f"error: {path}: set {name!r} has no eval_tau and per-slot accuracy; give a JSON "
+                                 "that heldout_tau.py wrote")
             keys = sorted((k for k in result if k.startswith("eval_acc_slot_")), key=lambda k: int(k.rsplit("_", 1)[1]))
             curve = label if len(results) == 1 else f"{label}/{name}"
             if curve in curves:
@@ -80,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     curves = slot_curves(args.specs)
     text = markdown(curves)
-    write_text(args.out.with_suffix(".md"), text)
-    plot(curves, args.out.with_suffix(".png"))
+    write_text(args.out.parent / f"{args.out.name}.md", text)
+    plot(curves, args.out.parent / f"{args.out.name}.png")
     print(text, end="")
     return 0
 

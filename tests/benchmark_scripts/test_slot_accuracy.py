@@ -47,10 +47,14 @@ def test_slots_in_block_order_one_curve_per_set(tmp_path):
     ("looped.json", "is not LABEL=FILE"),
     ("x=missing.json", "does not exist"),
     ("x=empty.json", "holds no 'results'"),
+    ("x=torn.json", "is not JSON"),
+    ("x=summary.json", "set 'heldout' has no eval_tau and per-slot accuracy"),
 ])
 def test_bad_input_is_refused_with_the_fix(tmp_path, monkeypatch, spec, message):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "empty.json").write_text("{}")
+    (tmp_path / "torn.json").write_text('{"results": {"heldout": {"eval_tau": 2.')
+    (tmp_path / "summary.json").write_text('{"results": {"heldout": {"eval_loss": 1.5}}}')
     with pytest.raises(SystemExit, match=message):
         slot_accuracy.main([spec, "--out", str(tmp_path / "out")])
     assert not (tmp_path / "out.md").exists()
