@@ -85,3 +85,29 @@ def test_anchor_rules_pick_the_tail_and_the_loops():
     unlooped = heldout_tau.ANCHOR_RULES["unlooped"](train, ids, mask, length, block)
     assert looped.tolist() == list(range(first_looped - 1, length - block + 1))  # slots 1..3 all looped, in range
     assert unlooped.tolist() == list(range(0, first_looped - block + 1))  # no token of the block looped
+
+
+def test_looped_blocks_split_by_where_each_slots_copy_lies():
+    """A 40-token phrase said twice, then a 5-token phrase said 20 times: with blocks of 8, the long loop's
+    slots all repeat context (far), the short loop's slots 6 and 7 repeat the block itself (near)."""
+    import torch
+
+    sys.path.insert(0, str(SCRIPT.parent))
+    import heldout_tau
+
+    from flashdraft.objectives.dflash import valid_anchor_positions
+
+    block = 8
+    long_end = 10 + 80
+    ids = torch.tensor(list(range(1000, 1010)) + list(range(40)) * 2 + list(range(500, 505)) * 20)
+    length = len(ids)
+    distances = heldout_tau.repeat_distances(ids.tolist(), 32)
+    assert set(distances[10 + 40 + 31:long_end]) == {40} and set(distances[long_end + 36:]) == {5}
+    mask = torch.ones(length, dtype=torch.bool)
+    train = valid_anchor_positions(mask, length)
+    looped = heldout_tau.ANCHOR_RULES["looped"](train, ids, mask, length, block).tolist()
+    far = heldout_tau.ANCHOR_RULES["looped_far"](train, ids, mask, length, block).tolist()
+    near = heldout_tau.ANCHOR_RULES["looped_near"](train, ids, mask, length, block).tolist()
+    assert sorted(far + near) == looped and not set(far) & set(near)
+    assert far and all(a + block - 1 < long_end for a in far)  # blocks inside the long loop
+    assert near and all(a >= long_end for a in near)  # blocks inside the short loop
