@@ -20,9 +20,9 @@ every accepted position, the answer's last ones too, and before run 4 training n
 (the reference's rule stops B tokens before the end). looped / unlooped: the training rule's anchors whose drafted
 slots all repeat the sample's earlier text verbatim (`flashdraft.data.repetition`), or none of whose
 block does: can the draft copy a loop, which a perfect copier would accept whole? looped_far / looped_near split
-the looped blocks by where each slot's earlier copy lies: far, every slot's copy is in the context (at or before
-the anchor), so one lookup a slot finds it; near, some slot repeats text of the block itself (a loop shorter than
-the block), which the draft never sees and can only copy by chaining slots through its layers.
+the looped blocks by where each slot's last earlier copy lies: far, every slot's copy is in the context (at or
+before the anchor: a loop at least as long as the block, copied a loop's length back); near, some slot's copy is
+a token of the block itself (a loop shorter than the block, whose text also stands a few tokens back).
 """
 
 from __future__ import annotations
@@ -65,29 +65,17 @@ def looped_anchors(train_positions, ids, loss_mask, length: int, block: int, *, 
     return a[window[:, 1:].all(dim=1)] if looped else a[~window.any(dim=1)]
 
 
-def repeat_distances(token_ids: list[int], window: int) -> list[int]:
-    """For each token: how far back the `window`-token run ending at it last occurred (0: not looped)."""
-    last: dict[tuple[int, ...], int] = {}
-    distances = [0] * len(token_ids)
-    for end in range(window, len(token_ids) + 1):
-        run = tuple(token_ids[end - window:end])
-        if run in last:
-            distances[end - 1] = end - last[run]
-        last[run] = end
-    return distances
-
-
 def looped_by_copy_anchors(train_positions, ids, loss_mask, length: int, block: int, *, far: bool):
     """The looped anchors whose every drafted slot's earlier copy lies at or before the anchor (far), or those
     with a slot whose copy lies inside the block (near)."""
     import torch
 
-    from flashdraft.data.repetition import LOOP_WINDOW
+    from flashdraft.data.repetition import repeat_distances
 
     a = looped_anchors(train_positions, ids, loss_mask, length, block)
     if not len(a):
         return a
-    distances = torch.tensor(repeat_distances(ids[:length].tolist(), LOOP_WINDOW) + [0] * block)
+    distances = torch.tensor(repeat_distances(ids[:length].tolist()) + [0] * block)
     slots = torch.arange(1, block)
     # slot k of anchor a repeats the token at a + k - distance: in the context when distance >= k
     in_context = (torch.stack([distances[a + k] for k in slots.tolist()], dim=1) >= slots).all(dim=1)

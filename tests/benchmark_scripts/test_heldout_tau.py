@@ -95,13 +95,14 @@ def test_looped_blocks_split_by_where_each_slots_copy_lies():
     sys.path.insert(0, str(SCRIPT.parent))
     import heldout_tau
 
+    from flashdraft.data.repetition import repeat_distances
     from flashdraft.objectives.dflash import valid_anchor_positions
 
     block = 8
     long_end = 10 + 80
     ids = torch.tensor(list(range(1000, 1010)) + list(range(40)) * 2 + list(range(500, 505)) * 20)
     length = len(ids)
-    distances = heldout_tau.repeat_distances(ids.tolist(), 32)
+    distances = repeat_distances(ids.tolist())
     assert set(distances[10 + 40 + 31:long_end]) == {40} and set(distances[long_end + 36:]) == {5}
     mask = torch.ones(length, dtype=torch.bool)
     train = valid_anchor_positions(mask, length)

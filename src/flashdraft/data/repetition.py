@@ -18,17 +18,22 @@ LOOP_WINDOW = 32
 LOOPED_WARNING = 0.2
 
 
-def looped_flags(token_ids: Sequence[int], window: int = LOOP_WINDOW) -> list[bool]:
-    """For each token of one answer: does it end a `window`-token run that already occurred earlier in it?"""
-    seen: set[tuple[int, ...]] = set()
-    flags = [False] * len(token_ids)
+def repeat_distances(token_ids: Sequence[int], window: int = LOOP_WINDOW) -> list[int]:
+    """For each token of one answer: how many tokens back the `window`-token run ending at it last occurred,
+    0 where it did not occur before (the token is not looped)."""
+    last: dict[tuple[int, ...], int] = {}
+    distances = [0] * len(token_ids)
     for end in range(window, len(token_ids) + 1):
         run = tuple(token_ids[end - window:end])
-        if run in seen:
-            flags[end - 1] = True
-        else:
-            seen.add(run)
-    return flags
+        if run in last:
+            distances[end - 1] = end - last[run]
+        last[run] = end
+    return distances
+
+
+def looped_flags(token_ids: Sequence[int], window: int = LOOP_WINDOW) -> list[bool]:
+    """For each token of one answer: does it end a `window`-token run that already occurred earlier in it?"""
+    return [distance > 0 for distance in repeat_distances(token_ids, window)]
 
 
 def looped_tokens(token_ids: Sequence[int], window: int = LOOP_WINDOW) -> int:
