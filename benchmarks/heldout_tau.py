@@ -72,14 +72,16 @@ def looped_by_copy_anchors(train_positions, ids, loss_mask, length: int, block: 
 
     from flashdraft.data.repetition import repeat_distances
 
-    a = looped_anchors(train_positions, ids, loss_mask, length, block)
+    a = train_positions
     if not len(a):
         return a
     distances = torch.tensor(repeat_distances(ids[:length].tolist()) + [0] * block)
     slots = torch.arange(1, block)
+    window = torch.stack([distances[a + k] for k in slots.tolist()], dim=1)
+    looped = (window > 0).all(dim=1)  # the looped rule: slots 1..B-1 all repeat earlier text
     # slot k of anchor a repeats the token at a + k - distance: in the context when distance >= k
-    in_context = (torch.stack([distances[a + k] for k in slots.tolist()], dim=1) >= slots).all(dim=1)
-    return a[in_context] if far else a[~in_context]
+    in_context = (window >= slots).all(dim=1)
+    return a[in_context] if far else a[looped & ~in_context]
 
 
 ANCHOR_RULES = {

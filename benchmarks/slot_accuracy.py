@@ -2,8 +2,8 @@
 
     python benchmarks/slot_accuracy.py LABEL=FILE [LABEL=FILE ...] --out OUT
 
-Each FILE is the JSON `heldout_tau.py` writes (one draft, one anchor rule: `train`, `looped`, `unlooped` or
-`tail`); each of its evaluation sets becomes one curve, named LABEL (LABEL/SET where a file holds several).
+Each FILE is the JSON `heldout_tau.py` writes (one draft, one anchor rule: `train`, `tail`, `looped`, `unlooped`,
+`looped_far` or `looped_near`); each of its evaluation sets becomes one curve, named LABEL (LABEL/SET where a file holds several).
 Slot k's accuracy is the share of blocks whose k-th drafted token is the answer's token, counted alone (not
 given the earlier slots), so the curve shows how far into a block the draft still predicts: inside a loop,
 where every slot repeats earlier text, a draft that copies would stay near its slot-1 accuracy. Writes
