@@ -85,7 +85,8 @@ SHAPES = {
                    target_layer_ids=[1, 9, 17, 25, 33], block_size=16),
     ),
     # SmolLM2-135M-Instruct's sizes (a llama; here Qwen3 layers, which add q/k norms), with the 4-layer
-    # draft of the smollm2_135m recipe: a launch-bound target, where host work per step shows.
+    # draft the smollm2_135m recipe had when RESULTS.md's step breakdowns ran (it has 6 now, section 8
+    # says why): a launch-bound target, where host work per step shows.
     "smollm2": dict(
         target=dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
                     num_attention_heads=9, num_key_value_heads=3, head_dim=64, max_position_embeddings=8192,

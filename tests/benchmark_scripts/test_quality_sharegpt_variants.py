@@ -196,7 +196,7 @@ def test_the_variants_speed_passes_run_one_at_a_time(tmp_path, work):
 def test_a_variants_teacher_forced_score_loads_its_draft_with_its_own_settings(tmp_path, work):
     """The evaluate phase, run by the variants phase with TRAIN_ARGS holding the variant's settings, hands
     them to heldout_tau.py before the measure's own keys: an 8-layer variant's export is then loaded as the
-    8-layer draft it is (with the recipe's 4 layers the load is refused), while the measure keeps its 64
+    8-layer draft it is (with the recipe's 6 layers the load is refused), while the measure keeps its 64
     anchors. python3 is replaced by a recorder of its arguments: what runs is not under test, only what it
     is given."""
     bin_dir = tmp_path / "bin"

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from flashdraft.cli import main as cli
+from flashdraft.config import load_config
 from tiny_models import save_tiny_target
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -69,13 +70,14 @@ def test_a_repeat_count_below_one_is_refused(tiny_target, tmp_path, capsys):
 
 def test_random_weights_of_smollm2s_shape_load_as_a_target_and_draft(tmp_path):
     """`--random smollm2` (the GPU run's mode) writes a target and a draft that pass evaluate's checks and
-    decode on its harness: SmolLM2's 30 layers and the recipe's 4-layer, 16-token draft."""
+    decode on its harness: SmolLM2's 30 layers and the smollm2_135m recipe's 16-token draft."""
     torch.set_num_threads(2)
     out = tmp_path / "breakdown.json"
     assert script.main(["--random", "smollm2", "--device", "cpu", "--prompt-len", "4", "--new-tokens", "16",
                         "--repeats", "1", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
-    assert (report["target_layers"], report["draft_layers"], report["block_size"]) == (30, 4, 16)
+    recipe_layers = load_config("smollm2_135m").draft.num_layers
+    assert (report["target_layers"], report["draft_layers"], report["block_size"]) == (30, recipe_layers, 16)
     assert report["random_weights"] == "smollm2" and report["whole_steps"]["plain_steps"] == 15
 
 
