@@ -61,12 +61,12 @@ from flashdraft.decoding.sampling import accept_greedy  # noqa: E402
 from flashdraft.errors import UserError  # noqa: E402
 from flashdraft.files import check_output_file, write_json  # noqa: E402
 from flashdraft.model.build import build_draft_config, new_draft  # noqa: E402
+from spec_decode import SHAPES as DECODE_SHAPES  # noqa: E402  (this script's folder is on sys.path)
 
 GREEDY = Sampling()
-# SmolLM2-135M-Instruct's sizes (its GGUF's metadata), drafted by the recipe of that name.
-SHAPES = {"smollm2": (dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                           num_attention_heads=9, num_key_value_heads=3, head_dim=64, max_position_embeddings=8192,
-                           rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True), "smollm2_135m")}
+# SmolLM2-135M-Instruct's sizes (spec_decode.py keeps them), drafted by the recipe of that name: unlike
+# spec_decode.py's fixed draft, this one follows the recipe.
+SHAPES = {"smollm2": (DECODE_SHAPES["smollm2"]["target"], "smollm2_135m")}
 
 
 def write_random_pair(shape: str, folder: Path) -> tuple[Path, Path]:
