@@ -92,3 +92,41 @@ def test_a_folder_that_is_no_earlier_output_is_refused_before_any_work(tmp_path,
     result = prepare(out, "--exclude", str(earlier))
     assert result.returncode != 0 and message in result.stderr, result.stderr
     assert not out.exists()
+
+
+def training_prompts(folder: Path) -> list[str]:
+    return [json.loads(p)[0]["content"] for shard in prompts(folder).values() for p in shard]
+
+
+def test_the_mix_weights_choose_the_sources(tmp_path):
+    """Word problems alone: every prompt asks for step-by-step reasoning; stdlib code alone: none does. The
+    weights are recorded in counts.json."""
+    instruction = "Please reason step by step"
+    words = tmp_path / "words"
+    result = prepare(words, "--sharegpt", "0", "--mix-weights", "word_problems=1", "--shards", "2")
+    assert result.returncode == 0, result.stderr
+    drawn = training_prompts(words)
+    assert len(drawn) == 24 and all(instruction in p for p in drawn)
+    assert json.loads((words / "counts.json").read_text())["mix_weights"] == {"word_problems": 1.0}
+    code = tmp_path / "code"
+    assert prepare(code, "--sharegpt", "0", "--mix-weights", "stdlib_code=1").returncode == 0
+    drawn = training_prompts(code)
+    assert len(drawn) == 24 and not any(instruction in p for p in drawn)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--mix-weights", "word_problems=0"], "'word_problems=0': the weight must be a number above 0"),
+    (["--mix-weights", "word_problems=many"], "'word_problems=many': the weight must be a number above 0"),
+    (["--mix-weights", "poems=1"], "'poems=1': each of reasoning_gym, stdlib_code, word_problems may be named once"),
+    (["--mix-weights", "stdlib_code=1,stdlib_code=2"], "'stdlib_code=2': each of reasoning_gym"),
+    (["--sharegpt", "0", "--mix", "0"], "--sharegpt and --mix are both 0"),
+    (["--mix", "-1"], "--mix must be >= 0, got -1"),
+    # More code prompts than the standard library has functions: refused by the loader, before any file.
+    (["--mix", "9000", "--mix-weights", "stdlib_code=1"], "error: packaged:stdlib_code@1 has "),
+])
+def test_a_bad_mix_is_refused_before_any_file_is_written(tmp_path, args, message):
+    out = tmp_path / "out"
+    result = prepare(out, *args)
+    assert result.returncode != 0 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert not out.exists()
