@@ -110,22 +110,43 @@ warmup)
     pids+=($!)
   done
   # The second-turn benchmark: the target answers both user turns greedily; its own first answer is
-  # then the context of the second turn. A WORK that answered the same conversations from another DATA (an
-  # --exclude chain's benchmark files are identical) names that DATA's file, so the warmup finds its answers.
-  conversations=$data/sharegpt_second_turn_source.jsonl
-  if [ -f "$work/warmup_second_turn/manifest.json" ]; then
-    earlier=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['settings']['prompts'][0])" \
-      "$work/warmup_second_turn/manifest.json")
-    ! cmp -s "$earlier" "$conversations" || conversations=$earlier
-  fi
-  run flashdraft warmup --target "$gguf" --prompts "$conversations" \
-    --output "$work/warmup_second_turn" --cache-dir "$work/cache_second_turn" --max-new-tokens $((2 * ${EVAL_NEW_TOKENS:-256})) --temperature 0 \
-    --backend "${WARMUP_BACKEND:-auto}" --turns all > "$work/warmup_second_turn.log" 2>&1 &
-  pids+=($!)
+  # then the context of the second turn.
+  conversations=$data/sharegpt_second_turn_source.jsonl answered=$work/warmup_second_turn
+  second_turn() {
+    run flashdraft warmup --target "$gguf" --prompts "$conversations" \
+      --output "$answered" --cache-dir "$work/cache_second_turn" --max-new-tokens $((2 * ${EVAL_NEW_TOKENS:-256})) --temperature 0 \
+      --backend "${WARMUP_BACKEND:-auto}" --turns all > "$work/warmup_second_turn.log" 2>&1
+  }
+  earlier_answers=
+  if [ -f "$answered/manifest.json" ]; then earlier_answers=1; else second_turn & pids+=($!); fi
   wait_all "${pids[@]}"
-  cp "$work/warmup_second_turn/train.jsonl" "$work/sharegpt_second_turn.jsonl"
-  python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['target_path'])" \
-    "$work/warmup_second_turn/manifest.json" > "$work/target_path"  # every DATA has this one, whatever its shards
+  # The target as this machine materialised it: the first shard of this DATA was warmed up here just now.
+  shards=("$data"/prompts_*.jsonl)
+  shard_manifest=$work/warmup_$(basename "${shards[0]}" .jsonl)/manifest.json
+  if [ -n "$earlier_answers" ]; then
+    # Answers from an earlier DATA of an --exclude chain (identical benchmark files), perhaps on another
+    # machine, its DATA and caches not with it: kept where they ask the same user turns of the same target
+    # weights and chat template with these settings; otherwise the warmup decides (and refuses other settings).
+    if python3 - "$answered" "$conversations" "$shard_manifest" $((2 * ${EVAL_NEW_TOKENS:-256})) <<'PY'
+import json, sys
+from pathlib import Path
+answered, conversations, shard, new_tokens = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+def asked(line): return json.dumps([m for m in json.loads(line)["messages"] if m["role"] != "assistant"])
+earlier, here = (json.loads(Path(p).read_text())["settings"] for p in (answered / "manifest.json", shard))
+sys.exit(not (sorted(map(asked, open(answered / "train.jsonl"))) == sorted(map(asked, open(conversations)))
+              and earlier["target"]["files"] == here["target"]["files"]
+              and earlier["chat_template_sha256"] == here["chat_template_sha256"] and earlier["turns"] == "all"
+              and earlier["sampling"]["max_new_tokens"] == new_tokens and earlier["sampling"]["temperature"] == 0))
+PY
+    then
+      echo "$answered already answers the user turns of $conversations with this target and these settings: kept" \
+        > "$work/warmup_second_turn.log"
+    else
+      second_turn
+    fi
+  fi
+  cp "$answered/train.jsonl" "$work/sharegpt_second_turn.jsonl"
+  python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['target_path'])" "$shard_manifest" > "$work/target_path"
   ;;
 train)
   work=$3

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -107,11 +108,12 @@ def mix_weights(text: str) -> dict[str, float]:
             raise argparse.ArgumentTypeError(
                 f"{pair!r}: each of {', '.join(MIX_SOURCES)} may be named once, as NAME=WEIGHT")
         try:
-            weights[name] = float(value)
+            weight = float(value)
         except ValueError:
-            weights[name] = float("nan")
-        if not weights[name] > 0:
-            raise argparse.ArgumentTypeError(f"{pair!r}: the weight must be a number above 0")
+            weight = None
+        if weight is None or not 0 < weight < math.inf:
+            raise argparse.ArgumentTypeError(f"{pair!r}: the weight must be a finite number above 0")
+        weights[name] = weight
     return weights
 
 
@@ -154,14 +156,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--sharegpt and --mix are both 0: there would be no training prompts")
     excluded, first_shard = earlier_prompts(args.exclude, args.out)
     try:
-        files, counts = draw(args, excluded)
+        files, training, counts = draw(args, excluded)
     except UserError as error:  # e.g. a mix share larger than its source
         sys.exit(f"error: {error}")
     if excluded:
         counts.update(left_out_as_earlier=len(excluded), first_shard=first_shard)
 
     # Every draw succeeded: only now is anything written.
-    training = files.pop("training")
     args.out.mkdir(parents=True, exist_ok=True)
     for name, rows in files.items():
         write_jsonl(args.out / f"{name}.jsonl", rows)
@@ -174,8 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def draw(args: argparse.Namespace, excluded: set[str]) -> tuple[dict[str, list[dict]], dict]:
-    """The benchmark files' rows and the training prompts (under "training"), and the counts."""
+def draw(args: argparse.Namespace, excluded: set[str]) -> tuple[dict[str, list[dict]], list[dict], dict]:
+    """The benchmark files' rows (by file name), the training prompts' rows and the counts."""
     files: dict[str, list[dict]] = {}
     held_out = set()
     for name in ("gsm8k", "humaneval", "chat"):
@@ -196,11 +197,11 @@ def draw(args: argparse.Namespace, excluded: set[str]) -> tuple[dict[str, list[d
             "packaged:sharegpt", limit=args.sharegpt + len(excluded), seed=0)["messages"]]
         sharegpt = fresh([(m, m) for m in sharegpt], excluded, args.sharegpt, "sharegpt")
     packaged = draw_mix(args.mix, args.mix_weights, excluded) if args.mix else []
-    files["training"] = [{"messages": m} for m in sharegpt + packaged if json.dumps(m) not in held_out]
+    training = [{"messages": m} for m in sharegpt + packaged if json.dumps(m) not in held_out]
     counts = {"sharegpt": len(sharegpt), "mix": len(packaged), "mix_weights": args.mix_weights,
-              "dropped_as_held_out": len(sharegpt) + len(packaged) - len(files["training"]),
+              "dropped_as_held_out": len(sharegpt) + len(packaged) - len(training),
               "eval_prompts": args.eval_prompts, "second_turn_conversations": min(len(seconds), args.eval_prompts)}
-    return files, counts
+    return files, training, counts
 
 
 if __name__ == "__main__":

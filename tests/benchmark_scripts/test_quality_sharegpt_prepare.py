@@ -115,8 +115,9 @@ def test_the_mix_weights_choose_the_sources(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--mix-weights", "word_problems=0"], "'word_problems=0': the weight must be a number above 0"),
-    (["--mix-weights", "word_problems=many"], "'word_problems=many': the weight must be a number above 0"),
+    (["--mix-weights", "word_problems=0"], "'word_problems=0': the weight must be a finite number above 0"),
+    (["--mix-weights", "word_problems=many"], "'word_problems=many': the weight must be a finite number above 0"),
+    (["--mix-weights", "word_problems=inf"], "'word_problems=inf': the weight must be a finite number above 0"),
     (["--mix-weights", "poems=1"], "'poems=1': each of reasoning_gym, stdlib_code, word_problems may be named once"),
     (["--mix-weights", "stdlib_code=1,stdlib_code=2"], "'stdlib_code=2': each of reasoning_gym"),
     (["--sharegpt", "0", "--mix", "0"], "--sharegpt and --mix are both 0"),

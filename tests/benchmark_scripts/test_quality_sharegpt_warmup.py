@@ -1,11 +1,12 @@
 """`quality_sharegpt.sh warmup` over an --exclude chain: a second DATA's shards warm up into the WORK of the first,
-which finds its answers to the second-turn conversations (the same file in both DATA); a DATA whose conversations
-differ is refused rather than mixed in."""
+which keeps its answers to the second-turn conversations (the same user turns in both DATA, the same target), also
+where the WORK moved without its DATA; other conversations or another target are refused rather than mixed in."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -40,7 +41,7 @@ def test_a_second_data_adds_its_shards_and_keeps_the_second_turn_answers(tiny_ta
 
     second = warmup(target, write_data(tmp_path / "data2", 1, CONVERSATION), work)
     assert second.returncode == 0, second.stderr
-    assert "already finished with these settings" in (work / "warmup_second_turn.log").read_text()
+    assert "already answers the user turns of" in (work / "warmup_second_turn.log").read_text()
     assert (work / "sharegpt_second_turn.jsonl").read_bytes() == second_turn
     for shard in (0, 1):
         assert len((work / f"warmup_prompts_{shard}" / "train.jsonl").read_text().splitlines()) == 3
@@ -51,3 +52,28 @@ def test_a_second_data_adds_its_shards_and_keeps_the_second_turn_answers(tiny_ta
     assert refused.returncode != 0
     assert "holds a finished warmup with other settings" in (work / "warmup_second_turn.log").read_text()
     assert (work / "sharegpt_second_turn.jsonl").read_bytes() == second_turn
+
+
+def test_a_moved_work_keeps_its_second_turn_answers_only_for_the_same_target(tiny_target, tmp_path):
+    """The answers travel to another machine without the DATA they came from or the target caches: a new
+    DATA of the chain keeps the second-turn answers and takes target_path from its own shard; the same
+    conversations asked of another target are refused."""
+    target, work = tiny_target("qwen3"), tmp_path / "work"
+    assert warmup(target, write_data(tmp_path / "data", 0, CONVERSATION), work).returncode == 0
+    second_turn = (work / "warmup_second_turn" / "train.jsonl").read_bytes()
+    moved = tmp_path / "moved"
+    shutil.copytree(work, moved, ignore=shutil.ignore_patterns("cache_*"))
+    shutil.rmtree(work)
+    shutil.rmtree(tmp_path / "data")
+
+    result = warmup(target, write_data(tmp_path / "data2", 1, CONVERSATION), moved)
+    assert result.returncode == 0, result.stderr
+    assert "already answers the user turns of" in (moved / "warmup_second_turn.log").read_text()
+    assert (moved / "sharegpt_second_turn.jsonl").read_bytes() == second_turn
+    shard = json.loads((moved / "warmup_prompts_1" / "manifest.json").read_text())
+    assert (moved / "target_path").read_text().strip() == shard["target_path"]
+
+    other = warmup(tiny_target("llama"), write_data(tmp_path / "data3", 2, CONVERSATION), moved)
+    assert other.returncode != 0
+    assert "holds a finished warmup with other settings" in (moved / "warmup_second_turn.log").read_text()
+    assert (moved / "sharegpt_second_turn.jsonl").read_bytes() == second_turn
