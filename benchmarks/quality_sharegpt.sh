@@ -97,11 +97,19 @@ warmup)
   # On a GPU the graphed backend decodes a whole shard 128 rows at a time, each finished row taking the next
   # prompt: twice as fast as batches of 128 that each run until their longest answer ends (RESULTS.md section 8).
   shard_batch=${SHARD_BATCH:-128} shard_rows=${SHARD_ROWS:-}
-  if [[ ${WARMUP_BACKEND:-auto} =~ ^(auto|graphed)$ ]] && python3 -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then
-    shard_batch=${SHARD_BATCH:-1536} shard_rows=${SHARD_ROWS-128}  # SHARD_ROWS= (empty): all at once
+  shards=("$data"/prompts_*.jsonl)
+  if python3 -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then
+    if [[ ${WARMUP_BACKEND:-auto} =~ ^(auto|graphed)$ ]]; then
+      shard_batch=${SHARD_BATCH:-1536} shard_rows=${SHARD_ROWS-128}  # SHARD_ROWS= (empty): all at once
+    fi
+  elif [ -z "${OMP_NUM_THREADS:-}" ]; then
+    # On a CPU the processes share its cores; each at torch's default (a thread a core) spins against the
+    # others (8 shards of 2 prompts, 64 new tokens, 2 cores: none had finished at 300 s; 67 s at one thread each).
+    export OMP_NUM_THREADS=$(( $(nproc) / (${#shards[@]} + 1) ))
+    (( OMP_NUM_THREADS >= 1 )) || OMP_NUM_THREADS=1
   fi
   pids=()
-  for prompts in "$data"/prompts_*.jsonl; do
+  for prompts in "${shards[@]}"; do
     shard=$(basename "$prompts" .jsonl)
     # A cache folder each: processes that materialise the same target into one folder would race.
     run flashdraft warmup --target "$gguf" --prompts "$prompts" --output "$work/warmup_$shard" \
@@ -121,7 +129,6 @@ warmup)
   if [ -f "$answered/manifest.json" ]; then earlier_answers=1; else second_turn & pids+=($!); fi
   wait_all "${pids[@]}"
   # The target as this machine materialised it: the first shard of this DATA was warmed up here just now.
-  shards=("$data"/prompts_*.jsonl)
   shard_manifest=$work/warmup_$(basename "${shards[0]}" .jsonl)/manifest.json
   if [ -n "$earlier_answers" ]; then
     # Answers from an earlier DATA of an --exclude chain (identical benchmark files), perhaps on another
