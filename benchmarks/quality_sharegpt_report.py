@@ -10,7 +10,8 @@ and `training_curves.png` (drafted-slot accuracy, train and held out: the one cu
 on the same scale, as their losses are normalised differently) into the same folder. `--ours NAME` sets
 the draft set against the peer's (default flashdraft; an experiment's draft, e.g. distill, writes
 `quality_NAME.md` and `training_curves_NAME.png`); `--against NAME` sets the draft it is compared with
-(default peer; e.g. flashdraft, for a variant of our own recipe: `quality_OURS_vs_NAME.md`).
+(default peer; e.g. flashdraft, for a variant of our own recipe: `quality_OURS_vs_NAME.md`). The drafts must
+have trained on the same answers, unless `--other-answers` says the training data is what is compared.
 """
 
 from __future__ import annotations
@@ -75,6 +76,17 @@ def benchmark_rows(folder: Path, ours: str = OURS, against: str = PEER) -> list[
     return rows
 
 
+def cards_line(folder: Path, ours: str, against: str, report: str) -> str:
+    """A line where the two drafts' NAME_REPORT.json decoded on other cards (nothing where on one kind): then
+    each speedup is against plain decoding on its own card, and the milliseconds do not compare."""
+    cards = {name: json.loads((folder / f"{name}_{report}.json").read_text())["settings"]["device_name"]
+             for name in (ours, against)}
+    if cards[ours] == cards[against]:
+        return ""
+    return (f"{ours} decoded on {cards[ours]}, {against} on {cards[against]}: each speedup is against plain "
+            "decoding on its own card, and the milliseconds do not compare.")
+
+
 def speed_tags(folder: Path, names: tuple[str, ...]) -> list[re.Match]:
     """The speed phase's report tags (DTYPE or DTYPE_blockN, parsed by SPEED_TAG) that any of `names` has in
     `folder`, each dtype's full-block pass before its shorter verifies."""
@@ -101,7 +113,8 @@ def speed_section(folder: Path, ours: str = OURS, against: str = PEER) -> str:
         settings = reports[ours]["settings"]
         lines += ["", f"Speed at {label}, the dtype a server runs ({settings['device_name']}, the same prompts). "
                   "Its sequences equal to plain decoding count rounding too (the two steps' kernels round "
-                  "differently): losslessness is the float32 table's.", "",
+                  "differently): losslessness is the float32 table's.",
+                  *filter(None, [cards_line(folder, ours, against, f"report_{tag}")]), "",
                   f"| benchmark | tau pooled ({ours} / {against}) | speedup | plain ms a token "
                   "| draft+verify ms a step | sequences equal to plain |",
                   "| --- | ---: | ---: | ---: | ---: | ---: |"]
@@ -144,20 +157,28 @@ def answers_record(folder: Path, name: str) -> dict[str, str] | None:
     return json.loads(path.read_text()).get("answers sha256") if path.is_file() else None
 
 
-def answers_checked(records: dict[str, dict[str, str] | None]) -> str:
+def answers_checked(records: dict[str, dict[str, str] | None], other_answers: bool = False) -> str:
     """A line on whether the drafts (label -> `answers_record`) trained on the same answers. Other answers
-    end the comparison: a difference would mix the recipe's effect with the data's."""
+    end the comparison (a difference would mix the recipe's effect with the data's) unless `other_answers`
+    says the data is what is compared; then the same answers end it, as the comparison would not be one."""
     recorded = {label: record for label, record in records.items() if record is not None}
     missing = [label for label, record in records.items() if record is None]
     labels = list(recorded)
+    parts = []
     for label in labels[1:]:
         first, other = recorded[labels[0]], recorded[label]
-        if other != first:
-            files = sorted(f for f in first.keys() | other.keys() if first.get(f) != other.get(f))
+        files = sorted(f for f in first.keys() | other.keys() if first.get(f) != other.get(f))
+        if files and not other_answers:
             raise SystemExit(f"error: {labels[0]} and {label} trained on other answers ({', '.join(files)} differ); "
-                             "train them on one warmup's answers (the variants phase on that run's WORK)")
-    parts = []
-    if len(recorded) > 1:
+                             "train them on one warmup's answers (the variants phase on that run's WORK), or pass "
+                             "--other-answers where the training data is what you compare")
+        if not files and other_answers:
+            raise SystemExit(f"error: --other-answers, but {labels[0]} and {label} trained on the same answers; "
+                             "drop --other-answers")
+        if files:
+            parts.append(f"other for {labels[0]} than for {label} on purpose, a comparison of training data "
+                         f"({len(files)} of {len(first.keys() | other.keys())} files differ, sha256 checked)")
+    if len(recorded) > 1 and not parts:
         drafts = "both" if len(recorded) == 2 else f"all {len(recorded)}"
         files = len(recorded[labels[0]])
         parts.append(f"the same for {drafts} ({files} file{'' if files == 1 else 's'}, sha256 checked)")
@@ -218,7 +239,7 @@ def markdown(rows: list[dict], teacher: dict[str, dict], settings: dict, note: s
     return "\n".join(lines) + "\n"
 
 
-def plot_curves(folder: Path, path: Path, ours: str = OURS, against: str = PEER) -> None:
+def plot_curves(folder: Path, path: Path, ours: str = OURS, against: str = PEER, same_data: bool = True) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -236,7 +257,8 @@ def plot_curves(folder: Path, path: Path, ours: str = OURS, against: str = PEER)
     ax.set_ylabel("drafted-slot accuracy")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.suptitle(f"SmolLM2-135M drafts, same data and steps: {ours} vs {against}")
+    fig.suptitle(f"SmolLM2-135M drafts, {'same data and steps' if same_data else 'other data, same steps'}: "
+                 f"{ours} vs {against}")
     fig.tight_layout()
     save_figure(fig, path)
 
@@ -247,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--note", default="", help="a line under the heading: how this run differed from the script")
     parser.add_argument("--ours", default=OURS, help="the draft set against the other (default flashdraft)")
     parser.add_argument("--against", default=PEER, help="the draft it is compared with (default peer)")
+    parser.add_argument("--other-answers", action="store_true",
+                        help="the drafts trained on other answers on purpose: the comparison is of training data")
     args = parser.parse_args(argv)
     if args.ours == args.against:
         raise SystemExit(f"error: --ours and --against both name {args.ours}; a draft is compared with another draft")
@@ -258,14 +282,16 @@ def main(argv: list[str] | None = None) -> int:
                          "`quality_sharegpt.sh collect WORK OUT` wrote")
     settings = json.loads((args.folder / f"{args.ours}_report.json").read_text())["settings"]
     records = {name: answers_record(args.folder, name) for name in (args.ours, args.against)}
-    note = " ".join(filter(None, [args.note, answers_checked(records)]))
+    note = " ".join(filter(None, [args.note, answers_checked(records, args.other_answers),
+                                  cards_line(args.folder, args.ours, args.against, "report")]))
     text = markdown(benchmark_rows(args.folder, args.ours, args.against),
                     heldout_tau(args.folder, args.ours, args.against), settings, note, args.ours, args.against)
     text += speed_section(args.folder, args.ours, args.against)
     suffix = ("" if (args.ours, args.against) == (OURS, PEER)
               else f"_{args.ours}" if args.against == PEER else f"_{args.ours}_vs_{args.against}")
     write_text(args.folder / f"quality{suffix}.md", text)
-    plot_curves(args.folder, args.folder / f"training_curves{suffix}.png", args.ours, args.against)
+    plot_curves(args.folder, args.folder / f"training_curves{suffix}.png", args.ours, args.against,
+                same_data=not args.other_answers)
     print(text)
     return 0
 

@@ -103,6 +103,23 @@ def test_a_variant_trained_on_other_answers_is_refused(tmp_path):
     assert "not recorded for gamma4" in checked(base, "gamma4")
 
 
+def test_a_data_comparison_names_its_other_answers_and_refuses_the_same(tmp_path):
+    """--other-answers is for drafts trained on other data on purpose: the line says how many files differ;
+    drafts of the same answers are then refused, as the comparison would not be of data."""
+    base = collected(tmp_path, "base", '{"messages": "an answer"}\n')
+    shutil.copy(collected(tmp_path, "more", '{"messages": "more answers"}\n') / "evidence.json",
+                base / "more_evidence.json")
+    records = {name: quality_sharegpt_report.answers_record(base, name) for name in ("more", "flashdraft")}
+    assert quality_sharegpt_report.answers_checked(records, other_answers=True) == (
+        "Training answers: other for more than for flashdraft on purpose, a comparison of training data "
+        "(1 of 2 files differ, sha256 checked).")
+    shutil.copy(base / "evidence.json", base / "same_evidence.json")
+    with pytest.raises(SystemExit, match="--other-answers, but same and flashdraft trained on the same answers"):
+        quality_sharegpt_report.answers_checked(
+            {name: quality_sharegpt_report.answers_record(base, name) for name in ("same", "flashdraft")},
+            other_answers=True)
+
+
 def evidence_folder(tmp_path: Path, speed: dict[str, tuple[list[int], float]], tag: str = "bfloat16") -> Path:
     """A collect folder of flashdraft and the peer decoded in float32, and at bfloat16 where `speed` says:
     draft -> (verify steps a prompt, speedup), the speed reports tagged `tag`."""
@@ -131,6 +148,20 @@ def test_the_speed_phase_reports_show_beside_the_float32_tables(tmp_path):
     assert "| gsm8k | 2 | 2.00 / 2.00 | 1.00 / 1.00 | 0.50x / 0.50x |" in text  # float32, as written
     assert "Speed at bfloat16, the dtype a server runs (a GPU" in text and "losslessness is the float32 table's" in text
     assert "| gsm8k | 3.00 / 2.50 | 1.25x / 1.05x | 1.00 / 1.00 | 2.00 / 2.00 | 0.50 / 0.50 |" in text
+
+
+def test_drafts_decoded_on_other_cards_are_named_as_such(tmp_path):
+    """Speedups of two cards are each against their own plain decoding; the report says so where the two
+    drafts' reports name other cards, in the float32 note and the speed table alike."""
+    folder = evidence_folder(tmp_path, {"flashdraft": ([20, 20], 1.25), "peer": ([24, 24], 1.05)})
+    for name in ("peer_report.json", "peer_report_bfloat16.json"):
+        data = json.loads((folder / name).read_text())
+        data["settings"]["device_name"] = "another GPU"
+        (folder / name).write_text(json.dumps(data))
+    assert quality_sharegpt_report.main([str(folder)]) == 0
+    line = ("flashdraft decoded on a GPU, peer on another GPU: each speedup is against plain decoding on its own "
+            "card, and the milliseconds do not compare.")
+    assert (folder / "quality.md").read_text().count(line) == 2
 
 
 def test_a_speed_report_of_one_draft_alone_is_named_not_tabled(tmp_path):
