@@ -108,13 +108,25 @@ warmup)
     export OMP_NUM_THREADS=$(( $(nproc) / (${#shards[@]} + 1) ))
     (( OMP_NUM_THREADS >= 1 )) || OMP_NUM_THREADS=1
   fi
+  # A DATA drawn with --sharegpt-second-turns holds conversations of two user turns: every turn is answered, the
+  # second after the target's own first answer. Earlier DATA answer first turns only, as their WORK did.
+  turns=first
+  if [ -f "$data/counts.json" ]; then
+    turns=$(python3 -c '
+import json, sys
+try:
+    print("all" if json.load(open(sys.argv[1])).get("sharegpt_second_turns") else "first")
+except (ValueError, AttributeError):
+    sys.exit(f"error: {sys.argv[1]} is not the counts a quality_sharegpt_prepare.py run wrote; prepare DATA again")
+' "$data/counts.json") || exit 1
+  fi
   pids=()
   for prompts in "${shards[@]}"; do
     shard=$(basename "$prompts" .jsonl)
     # A cache folder each: processes that materialise the same target into one folder would race.
     run flashdraft warmup --target "$gguf" --prompts "$prompts" --output "$work/warmup_$shard" \
       --cache-dir "$work/cache_$shard" --max-new-tokens "$max_length" --temperature "${TEMPERATURE:-0.2}" --top-p "${TOP_P:-0.9}" --batch-size "$shard_batch" ${shard_rows:+--rows "$shard_rows"} \
-      --backend "${WARMUP_BACKEND:-auto}" --max-length "$max_length" > "$work/warmup_$shard.log" 2>&1 &
+      --backend "${WARMUP_BACKEND:-auto}" --max-length "$max_length" --turns "$turns" > "$work/warmup_$shard.log" 2>&1 &
     pids+=($!)
   done
   # The second-turn benchmark: the target answers both user turns greedily; its own first answer is

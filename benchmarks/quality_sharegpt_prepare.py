@@ -3,7 +3,10 @@
 The GPU machine has none of the packaged sources, so they become jsonl files here, with flashdraft's
 own loaders (seeded: the same files on every machine):
   prompts_0.jsonl ... prompts_K.jsonl  training prompts, one warmup process each: --sharegpt first user
-                                       turns of the TRAIN split of packaged:sharegpt, plus a --mix of the
+                                       turns of the TRAIN split of packaged:sharegpt, --sharegpt-second-turns
+                                       of its conversations cut after their second user turn (the warmup
+                                       answers both, the second after the target's own first answer: the
+                                       second-turn benchmark's kind of prompt), plus a --mix of the
                                        packaged sources (by default, --mix-weights to change it: 50%
                                        reasoning-gym, every other one with the GSM8K
                                        prompt's step-by-step instruction; 20% stdlib code; 30% word
@@ -16,8 +19,8 @@ own loaders (seeded: the same files on every machine):
                                        and the second turn, with the target's own first answer in
                                        context, becomes the MT-Bench-style benchmark
 
-    python benchmarks/quality_sharegpt_prepare.py --out DIR [--sharegpt 2000] [--mix 1000]
-        [--mix-weights reasoning_gym=0.5,stdlib_code=0.2,word_problems=0.3] [--eval-prompts 32] [--shards 4]
+    python benchmarks/quality_sharegpt_prepare.py --out DIR [--sharegpt 2000] [--sharegpt-second-turns 0]
+        [--mix 1000] [--mix-weights reasoning_gym=0.5,stdlib_code=0.2,word_problems=0.3] [--eval-prompts 32] [--shards 4]
         [--exclude EARLIER_DIR ...]
 
 `--exclude` grows a run's prompts across machine windows: the training prompts of the folders it names (earlier
@@ -30,7 +33,8 @@ The sources run out: the two draws of the 24,000-prompt runs (8,000 ShareGPT + 4
 with --exclude the first) leave 232 new ShareGPT first turns, and stdlib code has 3,986 prompts in all: its
 20% share caps a default mix draw at 19,930 prompts, counting those --exclude leaves out, so after those
 draws no default mix fits. Later draws take the generated sources, e.g. `--sharegpt 232 --mix 23768
---mix-weights reasoning_gym=0.5,word_problems=0.5`.
+--mix-weights reasoning_gym=0.5,word_problems=0.5`, and the second turns: 12,745 of the train split's 17,076
+conversations have one, none of them drawn by the first-turn runs (the two forms are other prompts).
 """
 
 from __future__ import annotations
@@ -136,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--sharegpt", type=int, default=2000, help="ShareGPT training prompts")
+    parser.add_argument("--sharegpt-second-turns", type=int, default=0,
+                        help="ShareGPT conversations cut after their second user turn; the warmup answers both")
     parser.add_argument("--mix", type=int, default=1000, help="training prompts from the packaged mix")
     parser.add_argument("--mix-weights", type=mix_weights, default=DEFAULT_MIX, metavar="NAME=W,...",
                         help="the mix's sources and their shares (default: %(default)s); stdlib_code has about "
@@ -149,11 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     for flag in ("eval_prompts", "shards"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
-    for flag in ("sharegpt", "mix"):
+    for flag in ("sharegpt", "sharegpt_second_turns", "mix"):
         if getattr(args, flag) < 0:
-            parser.error(f"--{flag} must be >= 0, got {getattr(args, flag)}")
-    if args.sharegpt + args.mix == 0:
-        parser.error("--sharegpt and --mix are both 0: there would be no training prompts")
+            parser.error(f"--{flag.replace('_', '-')} must be >= 0, got {getattr(args, flag)}")
+    if args.sharegpt + args.sharegpt_second_turns + args.mix == 0:
+        parser.error("--sharegpt, --sharegpt-second-turns and --mix are all 0: there would be no training prompts")
     excluded, first_shard = earlier_prompts(args.exclude, args.out)
     try:
         files, training, counts = draw(args, excluded)
@@ -196,10 +202,17 @@ def draw(args: argparse.Namespace, excluded: set[str]) -> tuple[dict[str, list[d
         sharegpt = [first_turn(m) for m in load_chat_dataset(
             "packaged:sharegpt", limit=args.sharegpt + len(excluded), seed=0)["messages"]]
         sharegpt = fresh([(m, m) for m in sharegpt], excluded, args.sharegpt, "sharegpt")
+    second_turns = []
+    if args.sharegpt_second_turns:
+        cut = [m for m in map(through_second_turn, load_chat_dataset("packaged:sharegpt", seed=0)["messages"])
+               if m is not None]
+        second_turns = fresh([(m, m) for m in cut], excluded, args.sharegpt_second_turns, "sharegpt-second-turns")
     packaged = draw_mix(args.mix, args.mix_weights, excluded) if args.mix else []
-    training = [{"messages": m} for m in sharegpt + packaged if json.dumps(m) not in held_out]
-    counts = {"sharegpt": len(sharegpt), "mix": len(packaged), "mix_weights": args.mix_weights,
-              "dropped_as_held_out": len(sharegpt) + len(packaged) - len(training),
+    drawn = sharegpt + second_turns + packaged
+    training = [{"messages": m} for m in drawn if json.dumps(m) not in held_out]
+    # quality_sharegpt.sh reads sharegpt_second_turns to answer every user turn of these shards.
+    counts = {"sharegpt": len(sharegpt), "sharegpt_second_turns": len(second_turns), "mix": len(packaged),
+              "mix_weights": args.mix_weights, "dropped_as_held_out": len(drawn) - len(training),
               "eval_prompts": args.eval_prompts, "second_turn_conversations": min(len(seconds), args.eval_prompts)}
     return files, training, counts
 

@@ -120,7 +120,11 @@ def test_the_mix_weights_choose_the_sources(tmp_path):
     (["--mix-weights", "word_problems=inf"], "'word_problems=inf': the weight must be a finite number above 0"),
     (["--mix-weights", "poems=1"], "'poems=1': each of reasoning_gym, stdlib_code, word_problems may be named once"),
     (["--mix-weights", "stdlib_code=1,stdlib_code=2"], "'stdlib_code=2': each of reasoning_gym"),
-    (["--sharegpt", "0", "--mix", "0"], "--sharegpt and --mix are both 0"),
+    (["--sharegpt", "0", "--mix", "0"], "--sharegpt, --sharegpt-second-turns and --mix are all 0"),
+    (["--sharegpt-second-turns", "-2"], "--sharegpt-second-turns must be >= 0, got -2"),
+    # More second turns than the train split has conversations with one: refused before any file.
+    (["--sharegpt-second-turns", "20000"], "error: only 12745 sharegpt-second-turns prompts are in the source; "
+                                           "lower --sharegpt-second-turns to at most 12745"),
     (["--mix", "-1"], "--mix must be >= 0, got -1"),
     # More code prompts than the standard library has functions: refused by the loader, before any file.
     (["--mix", "9000", "--mix-weights", "stdlib_code=1"], "error: packaged:stdlib_code@1 has "),
@@ -131,3 +135,24 @@ def test_a_bad_mix_is_refused_before_any_file_is_written(tmp_path, args, message
     assert result.returncode != 0 and message in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
     assert not out.exists()
+
+
+def test_second_turns_are_conversations_of_two_user_turns_and_new_to_later_draws(tmp_path):
+    """--sharegpt-second-turns draws train-split conversations cut after their second user turn (the warmup
+    answers both, quality_sharegpt.sh reading the count in counts.json), not the held-out ones of the
+    second-turn benchmark, and a later draw with --exclude takes others."""
+    first = tmp_path / "first"
+    result = prepare(first, "--sharegpt", "0", "--mix", "0", "--sharegpt-second-turns", "6", "--shards", "2")
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(p) for shard in prompts(first).values() for p in shard]
+    assert len(rows) == 6
+    assert all([m["role"] for m in row if m["role"] != "system"] == ["user", "assistant", "user"] for row in rows)
+    assert json.loads((first / "counts.json").read_text())["sharegpt_second_turns"] == 6
+    held_out = [json.loads(line)["messages"] for line in
+                (first / "sharegpt_second_turn_source.jsonl").read_text().splitlines()]
+    assert not any(row in held_out for row in rows)
+    later = tmp_path / "later"
+    result = prepare(later, "--sharegpt", "2", "--mix", "0", "--sharegpt-second-turns", "6", "--exclude", str(first))
+    assert result.returncode == 0, result.stderr
+    drawn = [json.loads(p) for shard in prompts(later).values() for p in shard]
+    assert len(drawn) == 8 and not any(row in rows for row in drawn)

@@ -77,3 +77,27 @@ def test_a_moved_work_keeps_its_second_turn_answers_only_for_the_same_target(tin
     assert other.returncode != 0
     assert "holds a finished warmup with other settings" in (moved / "warmup_second_turn.log").read_text()
     assert (moved / "sharegpt_second_turn.jsonl").read_bytes() == second_turn
+
+
+def test_a_data_of_second_turns_gets_every_turn_answered(tiny_target, tmp_path):
+    """A DATA drawn with --sharegpt-second-turns (its counts.json says so) has its shards warmed up with every
+    user turn answered, as their manifests record; a DATA without them answers first turns only. (That a
+    warmup of all turns answers the second after its own first answer: tests/stages/test_warmup.py.)"""
+    target = tiny_target("qwen3")
+    for name, second_turns, turns in (("turns", 1, "all"), ("firsts", 0, "first")):
+        data = write_data(tmp_path / f"data_{name}", 0, CONVERSATION)
+        (data / "prompts_0.jsonl").write_text(json.dumps({"messages": CONVERSATION}) + "\n")
+        (data / "counts.json").write_text(json.dumps({"sharegpt_second_turns": second_turns}))
+        work = tmp_path / f"work_{name}"
+        result = warmup(target, data, work)
+        assert result.returncode == 0, result.stderr
+        assert json.loads((work / "warmup_prompts_0" / "manifest.json").read_text())["settings"]["turns"] == turns
+
+
+def test_counts_that_are_not_json_are_refused_before_any_shard_starts(tiny_target, tmp_path):
+    data = write_data(tmp_path / "data", 0, CONVERSATION)
+    (data / "counts.json").write_text("{not json")
+    result = warmup(tiny_target("qwen3"), data, tmp_path / "work")
+    assert result.returncode != 0
+    assert f"error: {data / 'counts.json'} is not the counts a quality_sharegpt_prepare.py run wrote" in result.stderr
+    assert not (tmp_path / "work" / "warmup_prompts_0").exists()
