@@ -257,7 +257,7 @@ def plot_curves(folder: Path, path: Path, ours: str = OURS, against: str = PEER,
     ax.set_ylabel("drafted-slot accuracy")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.suptitle(f"SmolLM2-135M drafts, {'same data and steps' if same_data else 'other data, same steps'}: "
+    fig.suptitle(f"SmolLM2-135M drafts, {'same data and steps' if same_data else 'other training data'}: "
                  f"{ours} vs {against}")
     fig.tight_layout()
     save_figure(fig, path)
