@@ -167,7 +167,8 @@ def answers_checked(records: dict[str, dict[str, str] | None], other_answers: bo
     parts = []
     for label in labels[1:]:
         first, other = recorded[labels[0]], recorded[label]
-        files = sorted(f for f in first.keys() | other.keys() if first.get(f) != other.get(f))
+        either = first.keys() | other.keys()
+        files = sorted(f for f in either if first.get(f) != other.get(f))
         if files and not other_answers:
             raise SystemExit(f"error: {labels[0]} and {label} trained on other answers ({', '.join(files)} differ); "
                              "train them on one warmup's answers (the variants phase on that run's WORK), or pass "
@@ -177,7 +178,7 @@ def answers_checked(records: dict[str, dict[str, str] | None], other_answers: bo
                              "drop --other-answers")
         if files:
             parts.append(f"other for {labels[0]} than for {label} on purpose, a comparison of training data "
-                         f"({len(files)} of {len(first.keys() | other.keys())} files differ, sha256 checked)")
+                         f"({len(files)} of {len(either)} files differ, sha256 checked)")
     if len(recorded) > 1 and not parts:
         drafts = "both" if len(recorded) == 2 else f"all {len(recorded)}"
         files = len(recorded[labels[0]])
