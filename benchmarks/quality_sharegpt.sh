@@ -9,7 +9,7 @@
 #   python benchmarks/quality_sharegpt_prepare.py --out DATA     # any machine with the packaged sources
 #   python benchmarks/quality_sharegpt_prepare.py --out DATA2 --exclude DATA  # new prompts only: warmed up into a
 #                                         # WORK holding a copy of the earlier answers, both train together
-#   benchmarks/quality_sharegpt.sh warmup GGUF DATA WORK         # regenerate answers (shards side by side)
+#   benchmarks/quality_sharegpt.sh warmup GGUF DATA WORK         # regenerate answers (one process a DATA)
 #   benchmarks/quality_sharegpt.sh train DATA WORK               # our objective and SpecForge's, side by side
 #   benchmarks/quality_sharegpt.sh evaluate flashdraft DATA WORK # decoding + teacher-forced tau
 #   benchmarks/quality_sharegpt.sh evaluate peer DATA WORK
@@ -31,12 +31,11 @@
 # section 8, run 2, before float32 decoding on GPUs moved to eager attention: 2.4x faster plain steps,
 # section 7). Needs, besides
 # flashdraft: specforge==0.2.0 and dflash==0.1.0 (pip install --no-deps). Environment: STEPS (optimizer steps
-# of each draft, default 400), MAX_LENGTH (training length = the answers' limit, default 1024), SHARD_BATCH
-# (prompts a generate call; default 1,536 on a GPU, at least a shard of 12,000 prompts, else 128), SHARD_ROWS
-# (warmup.rows of the graphed backend: of a call's SHARD_BATCH prompts, this many decode at once, each finished
-# row taking the next; default 128 on a GPU, where WARMUP_BACKEND is auto or graphed, else unset: all at once,
-# as are the runs before the thirty-first session, SHARD_BATCH=128 SHARD_ROWS= on a GPU;
-# 8 processes of 256 at once ran out of the H200's memory on long ShareGPT prompts), CHECKPOINT_EVERY (training steps between checkpoints, default 100: a phase stopped at a machine
+# of each draft, default 400), MAX_LENGTH (training length = the answers' limit, default 1024), WARMUP_BATCH
+# (prompts a generate call, the warmup's resumable unit; default 4,096 on a GPU, else 128), WARMUP_ROWS
+# (warmup.rows of the graphed backend: of a call's prompts, this many decode at once, each finished row taking the
+# next; default 1,024 on a GPU, where WARMUP_BACKEND is auto or graphed, else unset: all at once; the runs before
+# the thirty-ninth session ran a process a shard of 128 rows, those before the thirty-first batches of 128), CHECKPOINT_EVERY (training steps between checkpoints, default 100: a phase stopped at a machine
 # window's end resumes from the newest one), EVAL_NEW_TOKENS (decoded tokens a prompt, default 256; the second-turn benchmark's context answers
 # get twice that), TEMPERATURE and TOP_P (the answers' sampling, default 0.2 and 0.9), WARMUP_BACKEND (warmup.backend, default auto: graphed on a GPU), DEVICE (evaluation: cuda; cpu for a smoke
 # run), ATTENTION (flex; sdpa on a CPU), DRAFTS (the drafts trained, evaluated and collected, default
@@ -69,6 +68,19 @@ decode() {
     "$3/sharegpt_second_turn.jsonl"
 }
 max_length=${MAX_LENGTH:-1024}
+# The WORK folder of DATA's answers, named after its prompt files (warmup_prompts_0-7; one file: warmup_prompts_0):
+# the DATA of an --exclude chain number theirs on.
+answers_of() {
+  local numbers
+  numbers=$(cd "$1" 2> /dev/null && ls prompts_*.jsonl 2> /dev/null | sed 's/^prompts_//; s/[.]jsonl$//' | sort -n)
+  [ -n "$numbers" ] || { echo "error: $1 holds no prompts_*.jsonl; make it with quality_sharegpt_prepare.py" >&2
+    return 2; }
+  local first last name
+  first=$(head -1 <<< "$numbers") last=$(tail -1 <<< "$numbers")
+  name=warmup_prompts_$first
+  [ "$first" == "$last" ] || name+="-$last"
+  echo "$name"
+}
 objective_of() { case $1 in flashdraft) echo dflash ;; peer) echo specforge ;; distill) echo distill ;;
   *) echo "error: unknown draft $1 (DRAFTS or the evaluate phase); known: flashdraft peer distill" >&2; exit 2 ;; esac; }
 drafts=${DRAFTS:-flashdraft peer}
@@ -88,24 +100,39 @@ case $phase in
 warmup)
   gguf=$2 data=$3 work=$4
   mkdir -p "$work"
-  # One process a shard, side by side: with static batches a 135M model's decode step is host-bound and
-  # processes add throughput; the graphed backend fills the GPU from one process (RESULTS.md section 6),
-  # where the shards only keep each resumable piece small. Sampled answers with the target's recommended
-  # settings (SmolLM2-135M-Instruct's card: T=0.2, top-p 0.9; runs 1 to 3 used the Nemotron recipe's
+  # One warmup process answers all of DATA's prompt files (a mixture). Sampled answers with the target's
+  # recommended settings (SmolLM2-135M-Instruct's card: T=0.2, top-p 0.9; runs 1 to 3 used the Nemotron recipe's
   # T=0.8, where a quarter of the answer tokens are not the target's greedy choice: RESULTS.md section 8) up
   # to the training length.
-  # On a GPU the graphed backend decodes a whole shard 128 rows at a time, each finished row taking the next
-  # prompt: twice as fast as batches of 128 that each run until their longest answer ends (RESULTS.md section 8).
-  shard_batch=${SHARD_BATCH:-128} shard_rows=${SHARD_ROWS:-}
+  # On a GPU the graphed backend decodes WARMUP_ROWS prompts at once, each finished row taking the next one: its
+  # decode step costs about the same at 128 rows as at 1,024, so one process of many rows answers more a second
+  # than processes of few rows side by side, which share the GPU by turns (RESULTS.md section 8).
+  for old in SHARD_BATCH SHARD_ROWS; do
+    [ -z "${!old+set}" ] || { echo "error: $old is now WARMUP_${old#SHARD_} (one warmup process answers a whole" \
+      "DATA); set that instead" >&2; exit 2; }
+  done
+  warmup_batch=${WARMUP_BATCH:-128} warmup_rows=${WARMUP_ROWS:-}
+  answers=$(answers_of "$data") || exit 2
   shards=("$data"/prompts_*.jsonl)
+  # A prompt file is answered once: answers of the same files under another name (a DATA grown in place, a
+  # WORK of per-shard answers) would train twice on them.
+  range=${answers#warmup_prompts_}
+  for folder in "$work"/warmup_prompts_*/; do
+    [ -d "$folder" ] || continue
+    other=$(basename "$folder") && span=${other#warmup_prompts_}
+    [ "$other" != "$answers" ] && (( ${span%-*} <= ${range#*-} && ${range%-*} <= ${span#*-} )) || continue
+    echo "error: $work/$other already answers some of $data's prompt files (${range%-*} to ${range#*-}):" \
+      "draw new prompts with quality_sharegpt_prepare.py --exclude into a new DATA, or give another WORK" >&2
+    exit 2
+  done
   if python3 -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then
     if [[ ${WARMUP_BACKEND:-auto} =~ ^(auto|graphed)$ ]]; then
-      shard_batch=${SHARD_BATCH:-1536} shard_rows=${SHARD_ROWS-128}  # SHARD_ROWS= (empty): all at once
+      warmup_batch=${WARMUP_BATCH:-4096} warmup_rows=${WARMUP_ROWS-1024}  # WARMUP_ROWS= (empty): all at once
     fi
   elif [ -z "${OMP_NUM_THREADS:-}" ]; then
-    # On a CPU the processes share its cores; each at torch's default (a thread a core) spins against the
-    # others (8 shards of 2 prompts, 64 new tokens, 2 cores: none had finished at 300 s; 67 s at one thread each).
-    export OMP_NUM_THREADS=$(( $(nproc) / (${#shards[@]} + 1) ))
+    # On a CPU this warmup and the second-turn benchmark's share the cores; each at torch's default (a thread
+    # a core) would spin against the other.
+    export OMP_NUM_THREADS=$(( $(nproc) / 2 ))
     (( OMP_NUM_THREADS >= 1 )) || OMP_NUM_THREADS=1
   fi
   # A DATA drawn with --sharegpt-second-turns holds conversations of two user turns: every turn is answered, the
@@ -120,15 +147,11 @@ except (ValueError, AttributeError):
     sys.exit(f"error: {sys.argv[1]} is not the counts a quality_sharegpt_prepare.py run wrote; prepare DATA again")
 ' "$data/counts.json") || exit 1
   fi
-  pids=()
-  for prompts in "${shards[@]}"; do
-    shard=$(basename "$prompts" .jsonl)
-    # A cache folder each: processes that materialise the same target into one folder would race.
-    run flashdraft warmup --target "$gguf" --prompts "$prompts" --output "$work/warmup_$shard" \
-      --cache-dir "$work/cache_$shard" --max-new-tokens "$max_length" --temperature "${TEMPERATURE:-0.2}" --top-p "${TOP_P:-0.9}" --batch-size "$shard_batch" ${shard_rows:+--rows "$shard_rows"} \
-      --backend "${WARMUP_BACKEND:-auto}" --max-length "$max_length" --turns "$turns" > "$work/warmup_$shard.log" 2>&1 &
-    pids+=($!)
-  done
+  run flashdraft warmup --target "$gguf" --prompts "${shards[@]}" --output "$work/$answers" \
+    --cache-dir "$work/cache_$answers" --max-new-tokens "$max_length" --temperature "${TEMPERATURE:-0.2}" \
+    --top-p "${TOP_P:-0.9}" --batch-size "$warmup_batch" ${warmup_rows:+--rows "$warmup_rows"} \
+    --backend "${WARMUP_BACKEND:-auto}" --max-length "$max_length" --turns "$turns" > "$work/$answers.log" 2>&1 &
+  pids=($!)
   # The second-turn benchmark: the target answers both user turns greedily; its own first answer is
   # then the context of the second turn.
   conversations=$data/sharegpt_second_turn_source.jsonl answered=$work/warmup_second_turn
@@ -140,18 +163,18 @@ except (ValueError, AttributeError):
   earlier_answers=
   if [ -f "$answered/manifest.json" ]; then earlier_answers=1; else second_turn & pids+=($!); fi
   wait_all "${pids[@]}"
-  # The target as this machine materialised it: the first shard of this DATA was warmed up here just now.
-  shard_manifest=$work/warmup_$(basename "${shards[0]}" .jsonl)/manifest.json
+  # The target as this machine materialised it: this DATA was warmed up here just now.
+  manifest=$work/$answers/manifest.json
   if [ -n "$earlier_answers" ]; then
     # Answers from an earlier DATA of an --exclude chain (identical benchmark files), perhaps on another
     # machine, its DATA and caches not with it: kept where they ask the same user turns of the same target
     # weights and chat template with these settings; otherwise the warmup decides (and refuses other settings).
-    if python3 - "$answered" "$conversations" "$shard_manifest" $((2 * ${EVAL_NEW_TOKENS:-256})) <<'PY'
+    if python3 - "$answered" "$conversations" "$manifest" $((2 * ${EVAL_NEW_TOKENS:-256})) <<'PY'
 import json, sys
 from pathlib import Path
-answered, conversations, shard, new_tokens = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+answered, conversations, manifest, new_tokens = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
 def asked(line): return json.dumps([m for m in json.loads(line)["messages"] if m["role"] != "assistant"])
-earlier, here = (json.loads(Path(p).read_text())["settings"] for p in (answered / "manifest.json", shard))
+earlier, here = (json.loads(Path(p).read_text())["settings"] for p in (answered / "manifest.json", manifest))
 sys.exit(not (sorted(map(asked, open(answered / "train.jsonl"))) == sorted(map(asked, open(conversations)))
               and earlier["target"]["files"] == here["target"]["files"]
               and earlier["chat_template_sha256"] == here["chat_template_sha256"] and earlier["turns"] == "all"
@@ -165,7 +188,7 @@ PY
     fi
   fi
   cp "$answered/train.jsonl" "$work/sharegpt_second_turn.jsonl"
-  python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['target_path'])" "$shard_manifest" > "$work/target_path"
+  python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['target_path'])" "$manifest" > "$work/target_path"
   ;;
 train)
   work=$3
@@ -393,7 +416,8 @@ variants)
   ;;
 all)
   # Every phase in order. Run again (a machine window ended inside it), it goes on where it stopped: a phase
-  # whose outputs WORK holds is skipped, the warmup continues its shards and training its newest checkpoint.
+  # whose outputs WORK holds is skipped, the warmup continues from its last finished call and training from its newest
+  # checkpoint.
   # WORK records the settings that shape those outputs; a rerun with others is refused before any work.
   gguf=$2 data=$3 work=$4 out=$5
   settings="TEMPERATURE=${TEMPERATURE:-0.2} TOP_P=${TOP_P:-0.9} MAX_LENGTH=$max_length STEPS=${STEPS:-400}"
@@ -406,11 +430,8 @@ all)
         "or the same settings to continue it" >&2; exit 2; }
   mkdir -p "$work"
   echo "$settings" > "$work/all_settings"
-  # The warmup is done when every shard of DATA has its answers (a DATA of --exclude adds shards to a WORK).
-  warmed=$([ -e "$work/target_path" ] && echo 1 || echo 0)
-  for prompts in "$data"/prompts_*.jsonl; do
-    [ ! -e "$prompts" ] || [ -e "$work/warmup_$(basename "$prompts" .jsonl)/manifest.json" ] || warmed=0
-  done
+  # The warmup is done when DATA has its answers (a DATA of --exclude adds its own to a WORK).
+  warmed=$([ -e "$work/target_path" ] && [ -e "$work/$(answers_of "$data")/manifest.json" ] && echo 1 || echo 0)
   [ "$warmed" == 1 ] || bash "$0" warmup "$gguf" "$data" "$work"
   for name in $drafts; do
     [ -e "$work/train_$name/summary.json" ] || { bash "$0" train "$data" "$work"; break; }

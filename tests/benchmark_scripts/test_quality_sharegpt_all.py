@@ -18,13 +18,17 @@ SETTINGS = ("TEMPERATURE", "TOP_P", "MAX_LENGTH", "STEPS", "TRAIN_ARGS", "EVAL_P
             "SPEED_DTYPE", "SPEED_BLOCK", "DRAFTS")
 
 
-def run_all(tmp_path: Path, work: Path, **env: str) -> subprocess.CompletedProcess:
+def run_env(**env: str) -> dict[str, str]:
     # The script's python3 is this interpreter (flashdraft installed), as in an activated environment.
     base = {k: v for k, v in os.environ.items() if k not in SETTINGS}
     base["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{base.get('PATH', '')}"
+    return {**base, **env}
+
+
+def run_all(tmp_path: Path, work: Path, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(SCRIPT), "all", str(tmp_path / "model.gguf"), str(tmp_path / "data"),
                            str(work), str(tmp_path / "out")],
-                          check=False, env={**base, **env}, capture_output=True, text=True, timeout=300)
+                          check=False, env=run_env(**env), capture_output=True, text=True, timeout=300)
 
 
 def finished_work(tmp_path: Path) -> Path:
@@ -156,13 +160,28 @@ def test_other_settings_on_the_same_work_are_refused_before_any_work(tmp_path):
         "EVAL_NEW_TOKENS=256 DATA_SHARDS=prompts_0.jsonl,prompts_9.jsonl,prompts_10.jsonl)" in result.stderr
 
 
-def test_a_data_shard_without_answers_runs_the_warmup_first(tmp_path):
-    """DATA grown by quality_sharegpt_prepare.py --exclude: its new shard has no answers in WORK yet, so the
+def test_a_data_without_answers_runs_the_warmup_first(tmp_path):
+    """A new DATA of quality_sharegpt_prepare.py --exclude: its prompt files have no answers in WORK yet, so the
     warmup phase runs (and fails here on the absent GGUF) before any training or evaluation."""
     work = finished_work(tmp_path)
-    (tmp_path / "data" / "prompts_1.jsonl").write_text('{"messages": []}\n')
-    result = run_all(tmp_path, work)
+    (tmp_path / "data2").mkdir()
+    (tmp_path / "data2" / "prompts_1.jsonl").write_text('{"messages": []}\n')
+    result = subprocess.run(["bash", str(SCRIPT), "all", str(tmp_path / "model.gguf"), str(tmp_path / "data2"),
+                             str(work), str(tmp_path / "out")], env=run_env(), capture_output=True, text=True,
+                            timeout=300)
     assert result.returncode != 0
     assert "warmup_prompts_1.log" in logs(work)
     assert not [log for log in logs(work) if log.startswith(("train", "results", "prepare"))]
     assert not (tmp_path / "out").exists()
+
+
+def test_a_data_grown_in_place_is_refused_before_its_answered_files_are_answered_again(tmp_path):
+    """A prompt file added to a DATA whose files WORK already answers: one warmup of the grown DATA would answer
+    the old files a second time and train on them twice, so the warmup refuses, naming the folder and the fix."""
+    work = finished_work(tmp_path)
+    (tmp_path / "data" / "prompts_1.jsonl").write_text('{"messages": []}\n')
+    result = run_all(tmp_path, work)
+    assert result.returncode == 2
+    assert f"error: {work}/warmup_prompts_0 already answers some of {tmp_path / 'data'}'s prompt files (0 to 1): " \
+        "draw new prompts with quality_sharegpt_prepare.py --exclude into a new DATA" in result.stderr
+    assert logs(work) == [] and not (tmp_path / "out").exists()

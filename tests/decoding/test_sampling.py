@@ -67,6 +67,34 @@ def test_filters_match_their_definition():
         Sampling(temperature=-1.0)
 
 
+def _nucleus_by_full_sort(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """Top-p by its definition: the likeliest tokens whose mass before each is under top_p, renormalised."""
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    ranked, order = probs.sort(dim=-1, descending=True)
+    ranked = ranked.masked_fill(ranked.cumsum(-1) - ranked >= top_p, 0.0)
+    kept = torch.zeros_like(probs).scatter(-1, order, ranked)
+    return kept / kept.sum(-1, keepdim=True)
+
+
+def test_top_p_from_the_likeliest_candidates_equals_the_full_sort(monkeypatch):
+    """The nucleus taken among the TOP_P_CANDIDATES likeliest tokens (where they hold top_p of the mass) is the
+    full sort's, element for element: peaked rows (the regeneration's T=0.2), flat rows whose nucleus runs past
+    the candidates (a batch with one such row sorts them all), and a single row."""
+    from flashdraft.data import sampling
+
+    monkeypatch.setattr(sampling, "TOP_P_CANDIDATES", 8)
+    torch.manual_seed(0)
+    logits = torch.randn(6, 1000) * 3
+    for temperature, top_p in ((0.2, 0.9), (1.0, 0.5), (1.0, 0.95), (3.0, 0.9)):
+        want = _nucleus_by_full_sort(logits, temperature, top_p)
+        got = sampling_probs(logits, Sampling(temperature=temperature, top_p=top_p))
+        assert torch.equal(got, want), (temperature, top_p)
+        assert torch.equal(sampling_probs(logits[:1], Sampling(temperature=temperature, top_p=top_p)), want[:1])
+    flat = sampling_probs(logits, Sampling(temperature=3.0, top_p=0.9))
+    assert int((flat > 0).sum(-1).max()) > 8  # the fallback ran: a nucleus wider than the candidates
+    assert int((sampling_probs(logits, Sampling(temperature=0.2, top_p=0.9)) > 0).sum(-1).max()) <= 8
+
+
 @pytest.mark.slow
 def test_decoding_loop_samples_the_target_marginal():
     """The second new token (the first one a verify step emits) follows sum_x1 p(x1) p(x2 | x1)."""

@@ -141,6 +141,24 @@ def test_graphed_rows_take_waiting_prompts_and_answer_like_static_batches(tiny_t
     assert decoder.decode(prompts, limits, [2], hot, rows=3) == sampled
 
 
+def test_graphed_prefills_in_chunks_answer_like_static_batches(tiny_target, monkeypatch):
+    """Prompts prefilled a few at a time (PREFILL_ROWS, which bounds a prefill's memory when a thousand rows
+    decode at once), the first rows' and the refills' alike, in chunks of uneven size: every greedy answer is
+    still transformers' `generate`'s, all rows at once and 5 rows taking the waiting prompts."""
+    from flashdraft.target import batch_decoder
+
+    model = _tiny_model(tiny_target)
+    prompts = [*PADDED, [7, 8], [30, 31, 32, 33, 34, 35, 36, 37], [50], [60, 61, 62], [70, 71, 72, 73, 74]]
+    limits = [40, 3, 33, 17, 5, 30, 2, 36, 4]
+    static = StaticGenerator(model, stop_ids=[2], pad_id=0).generate(prompts, Sampling(), limits, [0])
+    decoder = batch_decoder.BatchDecoder(model, pad_id=0)
+    for chunk in (1, 3):
+        monkeypatch.setattr(batch_decoder, "PREFILL_ROWS", chunk)
+        for rows in (None, 5):
+            answers = decoder.decode(prompts, limits, [2], lambda logits: logits.argmax(-1), rows=rows)
+            assert [completion(a, {2}, limit) for a, limit in zip(answers, limits)] == static, (chunk, rows)
+
+
 def test_a_graphed_warmup_with_fewer_rows_writes_the_same_greedy_answers(tiny_target, tmp_path):
     """`warmup.rows` end to end (the graphed backend, here on the CPU): batches of 5 prompts decoded 2 rows at a
     time answer greedily what the whole batches answer, and the manifest records the setting."""

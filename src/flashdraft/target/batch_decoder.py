@@ -15,7 +15,9 @@ With fewer rows than prompts, a row whose prompt has stopped or reached its limi
 prompt at the next stop check (prefilled apart, its keys and values copied into the row's slots, which the
 step's mask then covers), so rows do not idle while the longest answer of a batch runs on: in issue 22's
 regeneration 43% of the row-steps kept a token (benchmarks/RESULTS.md section 8). The cache is a ring of
-slots a row sized to the longest prompt plus its limit, so a row's new prompt and answer always fit.
+slots a row sized to the longest prompt plus its limit, so a row's new prompt and answer always fit. Prompts
+are prefilled at most PREFILL_ROWS at a time (the first rows too): a prefill's activations grow with its rows
+times its longest prompt, where the decode step's cost grows with the rows alone.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ from flashdraft.target.step_graphs import StepGraphs
 
 # Rows' stop states are read back every this many steps: each read waits for the device.
 STOP_CHECK_EVERY = 16
+# Prompts prefilled in one forward: bounds its activations (64 x 1,024 tokens of SmolLM2: a few GB) however many
+# rows decode at once.
+PREFILL_ROWS = 64
 # Compiled layers cost ~85 s of compilation a process and save ~2.2 ms a decode step (SmolLM2's shape,
 # 64 rows, one H200: benchmarks/RESULTS.md section 6), so they pay from about 40,000 decode steps.
 COMPILE_MIN_STEPS = 40_000
@@ -126,26 +131,24 @@ class BatchDecoder:
         finally:
             self.model.set_attn_implementation("sdpa")
 
-    def _prefill(self, prompts: Sequence[Sequence[int]], cache: StaticCache,
-                 length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Left-padded prompts through the model into slots 0..width-1 of `cache` (`length` slots a row): (the
-        next-token logits [rows, V], which of those slots hold a prompt token [rows, width])."""
+    def _prefill(self, prompts: Sequence[Sequence[int]], cache: StaticCache) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-padded prompts through the model into `cache`, whose rows hold as many slots as the longest
+        prompt: (the next-token logits [rows, V], which slots hold a prompt token [rows, width])."""
         width, device = max(len(p) for p in prompts), self.device
         ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         for row, prompt in enumerate(prompts):
             ids[row, width - len(prompt):] = torch.tensor(list(prompt), dtype=torch.long)
         lengths = torch.tensor([len(p) for p in prompts], device=device)
-        slots = torch.arange(length, device=device)
-        in_prompt = slots[None, :] >= (width - lengths)[:, None]  # [rows, length], true up to `width` only
-        in_prompt[:, width:] = False
+        slots = torch.arange(width, device=device)
+        in_prompt = slots[None, :] >= (width - lengths)[:, None]  # [rows, width]
         # Each position sees its own prompt's earlier tokens; a pad sees itself only, which keeps its
         # (unused) hidden states finite.
-        earlier = slots[None, :] <= slots[:width, None]  # [query, key]
-        visible = (in_prompt[:, None, :] & earlier) | (slots[None, :] == slots[:width, None])
-        positions = (slots[None, :width] - (width - lengths)[:, None]).clamp(min=0)
+        earlier = slots[None, :] <= slots[:, None]  # [query, key]
+        visible = (in_prompt[:, None, :] & earlier) | (slots[None, :] == slots[:, None])
+        positions = (slots[None, :] - (width - lengths)[:, None]).clamp(min=0)
         logits = self.model(input_ids=ids.to(device), position_ids=positions, attention_mask=visible[:, None],
                             use_cache=True, logits_to_keep=1, **{self.cache_name: cache}).logits[:, -1].float()
-        return logits, in_prompt[:, :width]
+        return logits, in_prompt
 
     @torch.no_grad()
     def _decode(self, prompts: Sequence[Sequence[int]], limits: Sequence[int], stop_ids: Sequence[int],
@@ -155,11 +158,8 @@ class BatchDecoder:
         # never overwrites its own keys, whatever the other rows hold.
         device, config = self.device, self.model.config
         cache = static_cache(config, ring, GRAPHED_REFUSAL)
-        logits, in_prompt = self._prefill(prompts[:rows], cache, ring)
-        width = in_prompt.shape[1]
         owner = torch.zeros((rows, ring), dtype=torch.bool, device=device)  # the slots of each row's sequence
-        owner[:, :width] = in_prompt
-        position = in_prompt.sum(1)  # of each row's next token
+        position = torch.zeros(rows, dtype=torch.long, device=device)  # of each row's next token
         slots = torch.arange(ring, device=device)
 
         def step(tokens: torch.Tensor, slot: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -171,12 +171,19 @@ class BatchDecoder:
 
         def refill(row_ids: list[int], waiting: list[int], slot: int) -> torch.Tensor:
             """Prompts `waiting` into rows `row_ids`, their last token just before `slot`: their logits."""
+            return torch.cat([fill(row_ids[i:i + PREFILL_ROWS], waiting[i:i + PREFILL_ROWS], slot)
+                              for i in range(0, len(row_ids), PREFILL_ROWS)])
+
+        def fill(row_ids: list[int], waiting: list[int], slot: int) -> torch.Tensor:
             span = max(len(prompts[i]) for i in waiting)
             small = static_cache(config, span, GRAPHED_REFUSAL)
-            fresh, fresh_prompt = self._prefill([prompts[i] for i in waiting], small, span)
+            fresh, fresh_prompt = self._prefill([prompts[i] for i in waiting], small)
             target = (slot - span + torch.arange(span, device=device)) % ring
             chosen_rows = torch.tensor(row_ids, device=device)
             for layer, new in zip(cache.layers, small.layers):
+                if not layer.is_initialized:  # the ring's tensors: every row, `ring` slots, the prefill's dtype
+                    layer.lazy_initialization(new.keys[:1].expand(rows, -1, -1, -1),
+                                              new.values[:1].expand(rows, -1, -1, -1))
                 # [rows, heads, slots, dim] indexed at rows x slots: the [k, span, heads, dim] values.
                 layer.keys[chosen_rows[:, None], :, target[None, :]] = new.keys.transpose(1, 2)
                 layer.values[chosen_rows[:, None], :, target[None, :]] = new.values.transpose(1, 2)
@@ -184,6 +191,10 @@ class BatchDecoder:
             owner[chosen_rows[:, None], target[None, :]] = fresh_prompt
             position[chosen_rows] = fresh_prompt.sum(1)
             return fresh
+
+        # The first rows' prompts end just before slot `width`, where every row writes its first answer token.
+        width = max(len(p) for p in prompts[:rows])
+        logits = refill(list(range(rows)), list(range(rows)), width)
 
         graphs = StepGraphs.for_device(device)  # per call: its graph holds this call's cache
         stops = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
