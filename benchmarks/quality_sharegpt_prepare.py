@@ -2,7 +2,7 @@
 
 The GPU machine has none of the packaged sources, so they become jsonl files here, with flashdraft's
 own loaders (seeded: the same files on every machine):
-  prompts_0.jsonl ... prompts_K.jsonl  training prompts, one warmup process each: --sharegpt first user
+  prompts_0.jsonl ... prompts_K.jsonl  training prompts (one warmup answers them all): --sharegpt first user
                                        turns of the TRAIN split of packaged:sharegpt, --sharegpt-second-turns
                                        of its conversations cut after their second user turn (the warmup
                                        answers both, the second after the target's own first answer: the
@@ -147,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the mix's sources and their shares (default: %(default)s); stdlib_code has about "
                              "4,000 prompts in all")
     parser.add_argument("--eval-prompts", type=int, default=32, help="prompts per benchmark")
-    parser.add_argument("--shards", type=int, default=8, help="training prompt files, one warmup process each")
+    parser.add_argument("--shards", type=int, default=8,
+                        help="training prompt files (quality_sharegpt.sh answers a DATA's in one warmup)")
     parser.add_argument("--exclude", type=Path, nargs="+", default=[], metavar="EARLIER_DIR",
                         help="earlier outputs of this script: their training prompts are left out, the shards "
                              "numbered after theirs")
