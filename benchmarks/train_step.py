@@ -15,7 +15,8 @@ the target is replicated or FSDP2-sharded (--shard-target), as in the trainer. V
              same target features, FSDP2 wrapping and AdamW (pip install --no-deps specforge==0.2.0)
 The target runs through its last tapped layer only (FrozenTarget.context_features), with its decoder layers
 compiled in fast and compiled where the trainer compiles them (objective.compile_target's rule: attention-only
-targets of hidden >= 2048 on a GPU) and eagerly in naive and peer (as SpecForge runs it). Its forward is also
+targets of hidden >= 2048 on a GPU; --compile-target compiles them whatever the width) and eagerly in naive and
+peer (as SpecForge runs it). Its forward is also
 timed alone: eagerly through the tapped layers and through all layers, and, with the compiled variant,
 compiled as the trainer does (with how far those features are from the eager ones, largest and relative
 to their norm). --samples takes a list (2,4): one run per micro-batch size.
@@ -93,7 +94,8 @@ def target_config(model: str):
     raise ValueError(model)
 
 
-def draft_config(model: str, target) -> DFlashDraftConfig:
+def draft_config(model: str, target, layers: int | None = None) -> DFlashDraftConfig:
+    """The draft of `model`'s recipe; `layers` overrides its number of layers."""
     shapes = {
         "qwen3-8b": dict(layers=5, heads=32, kv=8, inter=12288, taps=[1, 9, 17, 25, 33], mask=151669, theta=1e6),
         "nemotron-nano": dict(layers=7, heads=21, kv=3, inter=8064, taps=[1, 13, 25, 37, 49], mask=18, theta=1e7),
@@ -101,7 +103,7 @@ def draft_config(model: str, target) -> DFlashDraftConfig:
         "tiny": dict(layers=2, heads=4, kv=2, inter=128, taps=[1, 2], mask=500, theta=1e6),
     }[model]
     return DFlashDraftConfig(
-        hidden_size=target.hidden_size, vocab_size=target.vocab_size, num_hidden_layers=shapes["layers"],
+        hidden_size=target.hidden_size, vocab_size=target.vocab_size, num_hidden_layers=layers or shapes["layers"],
         num_attention_heads=shapes["heads"], num_key_value_heads=shapes["kv"],
         head_dim={"tiny": 16, "smollm2": 64}.get(model, 128), intermediate_size=shapes["inter"], rms_norm_eps=1e-6,
         max_position_embeddings=40960, rope_parameters={"rope_type": "default", "rope_theta": shapes["theta"]},
@@ -144,14 +146,16 @@ def run_variant(name, model, target, tconfig, batches, global_batch: int, args, 
     dtype = "bfloat16" if device.type == "cuda" else "float32"
     config = from_dict(Config, {
         "target": {"dtype": dtype},
+        # The micro-batch's tokens, which the trainer's compile rules read.
+        "train": {"micro_batch_size": batches[0].input_ids.shape[0]}, "data": {"max_length": args.seq_len},
         "objective": {"num_anchors": args.anchors, "lm_head_chunk": args.chunk if fast else 0,
                      "attention": "flex" if fast and device.type == "cuda" else "sdpa",
                      "compile_layers": name == "compiled",
                      # fast and compiled follow the trainer's rule; the naive baseline and the peer (whose
                      # objective binds for FLOP accounting only) run the target eagerly, as SpecForge does.
-                     "compile_target": None if fast else False},
+                     "compile_target": (args.compile_target or None) if fast else False},
     })
-    dconfig = draft_config(model, tconfig)
+    dconfig = draft_config(model, tconfig, args.draft_layers)
     objective = DFlashObjective(config, dconfig, tconfig)
     objective.use_device(device)
     began_variant = time.perf_counter()
@@ -370,7 +374,7 @@ def bench_model(model: str, args, dist) -> list[dict]:
     if args.shard_target:
         shard_frozen(decoder_layers(target.model))
     log(dist, f"{model}: target built in {time.perf_counter() - began:.0f} s")
-    taps = draft_config(model, tconfig).target_layer_ids
+    taps = draft_config(model, tconfig, args.draft_layers).target_layer_ids
     results = []
     for samples in args.samples:
         global_batch = args.global_batch or samples * dist.world
@@ -414,7 +418,7 @@ def table(results: list[dict]) -> str:
         ratio = "".join(f", {slow}/{quick} step time {done[slow] / done[quick]:.2f}x"
                         for slow, quick in pairs if {slow, quick} <= done.keys())
         if any(v.get("target_compiled") for v in r["variants"]):
-            ratio += "; our variants ran the target's layers compiled (objective.compile_target's rule)"
+            ratio += "; our variants ran the target's layers compiled (objective.compile_target)"
         kernels = "" if not r["target_fast_path"]["hybrid"] else (
             ", Mamba-2 kernels " + ("on" if r["target_fast_path"]["fast_path"] else "OFF (reference path)"))
         lines.append(f"{'':<14}{r['gpus']} GPU(s), {r['global_batch']} x {r['seq_len']} tokens a step "
@@ -448,6 +452,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--global-batch", type=int, default=None,
                         help="samples per optimizer step over all ranks (default: --samples x ranks)")
     parser.add_argument("--shard-target", action="store_true", help="FSDP2-shard the target instead of replicating it")
+    parser.add_argument("--draft-layers", type=int, default=None,
+                        help="draft layers (default: the shape's: qwen3-8b 5, nemotron-nano 7, smollm2 4)")
+    parser.add_argument("--compile-target", action="store_true",
+                        help="fast and compiled compile the target's layers whatever the trainer's rule says")
     parser.add_argument("--seq-len", type=int, default=4096)
     parser.add_argument("--anchors", type=int, default=512)
     parser.add_argument("--chunk", type=int, default=2048, help="LM-head chunk (tokens) of the fast variant")

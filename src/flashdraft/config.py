@@ -201,11 +201,11 @@ class ObjectiveConfig:
     lm_head_chunk: int = 1024  # tokens per LM-head chunk; 0 = full logits (memory hungry)
     # dflash: torch.compile every draft layer (fuses norms, rotary, activations; a compile per padded
     # batch length on the first steps). None: the rule in DFlashObjective.use_device (on GPUs, for
-    # drafts wide enough to gain).
+    # drafts wide enough or micro-batches large enough to gain).
     compile_layers: bool | None = None
     # dflash: torch.compile the frozen target's decoder layers through the last tap (one graph per padded
     # batch length, as the draft's). None: the rule in DFlashObjective.use_device (on GPUs, for
-    # attention-only targets wide enough to gain).
+    # attention-only targets wide enough or micro-batches large enough to gain).
     compile_target: bool | None = None
     # mdlm / hybrid (diffusion LMs): the model itself is trained; see objectives/mdlm.py, hybrid.py.
     mask_token_id: int | None = None  # None: the tokenizer's mask token

@@ -119,16 +119,18 @@ def test_compiled_attention_pads_to_whole_blocks_and_padding_changes_nothing(tin
         torch.testing.assert_close(x, y, atol=1e-6, rtol=1e-5)
 
 
-@pytest.mark.parametrize("asked, device, hidden, compiled", [
-    (None, "cuda", 4096, True), (None, "cuda", 2048, True), (None, "cuda", 576, False), (None, "cpu", 4096, False),
-    (False, "cuda", 4096, False), (True, "cpu", 576, True),
+@pytest.mark.parametrize("asked, device, hidden, tokens, compiled", [
+    (None, "cuda", 4096, (2, 256), True), (None, "cuda", 2048, (2, 256), True), (None, "cuda", 576, (2, 256), False),
+    (None, "cuda", 576, (32, 1024), True), (None, "cuda", 576, (16, 1024), False), (None, "cpu", 4096, (32, 1024), False),
+    (False, "cuda", 4096, (32, 1024), False), (True, "cpu", 576, (2, 256), True),
 ])
-def test_draft_layers_compile_by_the_measured_rule(tiny_target, asked, device, hidden, compiled):
-    """objective.compile_layers unset: compiled on CUDA for drafts at least COMPILE_MIN_HIDDEN wide (where
-    it was measured faster), eager elsewhere; a value the user gives wins. Compiled drafts pad batches
-    to whole blocks."""
+def test_draft_layers_compile_by_the_measured_rule(tiny_target, asked, device, hidden, tokens, compiled):
+    """objective.compile_layers unset: compiled on CUDA for drafts at least COMPILE_MIN_HIDDEN wide or
+    micro-batches of at least COMPILE_MIN_TOKENS (samples x training length; where each was measured faster),
+    eager elsewhere; a value the user gives wins. Compiled drafts pad batches to whole blocks."""
     path = tiny_target("qwen3")
-    config = make_config(path, compile_layers=asked, attention="sdpa")
+    config = make_config(path, compile_layers=asked, compile_target=False, attention="sdpa")
+    config.train.micro_batch_size, config.data.max_length = tokens
     objective = DFlashObjective.plan(config, load_target_config(str(path)), load_tokenizer(str(path)))
     objective.draft_config.hidden_size = hidden  # the rule reads the width only; nothing is built
     objective.use_device(torch.device(device))  # device-dependent choices only: nothing is allocated
@@ -157,15 +159,19 @@ def test_compiled_layers_match_eager_layers(tiny_target):
             torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("asked, device, model_type, hidden, compiled", [
-    (None, "cuda", "qwen3", 4096, True), (None, "cuda", "qwen3", 576, False), (None, "cpu", "qwen3", 4096, False),
-    (None, "cuda", "nemotron_h", 4096, False), (False, "cuda", "qwen3", 4096, False), (True, "cpu", "qwen3", 64, True),
+@pytest.mark.parametrize("asked, device, model_type, hidden, tokens, compiled", [
+    (None, "cuda", "qwen3", 4096, (2, 256), True), (None, "cuda", "qwen3", 576, (2, 256), False),
+    (None, "cuda", "qwen3", 576, (32, 1024), True), (None, "cpu", "qwen3", 4096, (32, 1024), False),
+    (None, "cuda", "nemotron_h", 4096, (32, 1024), False), (False, "cuda", "qwen3", 4096, (32, 1024), False),
+    (True, "cpu", "qwen3", 64, (2, 256), True),
 ])
-def test_target_layers_compile_by_the_measured_rule(tiny_target, asked, device, model_type, hidden, compiled):
+def test_target_layers_compile_by_the_measured_rule(tiny_target, asked, device, model_type, hidden, tokens, compiled):
     """objective.compile_target unset: compiled on CUDA for attention-only targets at least
-    COMPILE_MIN_HIDDEN wide (measured faster there), never for hybrids; a value the user gives wins."""
+    COMPILE_MIN_HIDDEN wide or micro-batches of at least COMPILE_MIN_TOKENS (measured faster there), never for
+    hybrids; a value the user gives wins."""
     path = tiny_target(model_type)
     config = make_config(path, compile_target=asked, compile_layers=False, attention="sdpa")
+    config.train.micro_batch_size, config.data.max_length = tokens
     objective = DFlashObjective.plan(config, load_target_config(str(path)), load_tokenizer(str(path)))
     objective.target_config.hidden_size = hidden  # the rule reads the width only; nothing is built
     objective.use_device(torch.device(device))

@@ -62,21 +62,28 @@ def slot_weights(block_size: int, gamma: float) -> torch.Tensor:
 
 # Width from which compiled layers run faster on a GPU. Measured on one H200 (benchmarks/RESULTS.md
 # sections 5 and 7): draft layers at hidden 4096 (Qwen3-8B) 1.11x and 2688 (Nemotron-3-Nano) 1.14x faster,
-# at 576 (SmolLM2-135M) 1.20x slower, where a step is a few small kernels and the compiled call's own cost
-# shows; the target's training forward at hidden 4096 (Qwen3-8B, 4096 tokens) 1.30x faster.
+# at 576 (SmolLM2-135M) 1.20x slower in a micro-batch of 2 x 256 tokens, where a step is a few small kernels
+# and the compiled call's own cost shows; the target's training forward at hidden 4096 (Qwen3-8B, 4096 tokens)
+# 1.30x faster.
 COMPILE_MIN_HIDDEN = 2048
+# Tokens a micro-batch (samples x training length) from which narrower models compile too: at SmolLM2's
+# width, 32 x 1,024 tokens, one H100, compiled draft layers made the step 1.34x faster and the compiled target
+# 1.26x more (benchmarks/RESULTS.md section 8, thirty-ninth session). Between 512 and this, not measured.
+COMPILE_MIN_TOKENS = 32 * 1024
 
 
-def compiles_faster(draft_config: DFlashDraftConfig, device: torch.device) -> bool:
-    """Whether compiled draft layers are the faster choice on `device` (objective.compile_layers unset)."""
-    return device.type == "cuda" and draft_config.hidden_size >= COMPILE_MIN_HIDDEN
+def compiles_faster(draft_config: DFlashDraftConfig, device: torch.device, tokens: int) -> bool:
+    """Whether compiled draft layers are the faster choice on `device` for micro-batches of `tokens`
+    (objective.compile_layers unset)."""
+    return device.type == "cuda" and (draft_config.hidden_size >= COMPILE_MIN_HIDDEN or tokens >= COMPILE_MIN_TOKENS)
 
 
-def target_compiles_faster(target_config, device: torch.device) -> bool:
-    """Whether the frozen target's compiled layers are the faster choice (objective.compile_target unset).
-    Not for hybrids: their Mamba-2 layers run their own kernels, which the compiler would only wrap."""
+def target_compiles_faster(target_config, device: torch.device, tokens: int) -> bool:
+    """Whether the frozen target's compiled layers are the faster choice for micro-batches of `tokens`
+    (objective.compile_target unset). Not for hybrids: their Mamba-2 layers run their own kernels, which the
+    compiler would only wrap."""
     return (device.type == "cuda" and not recurrent_layers(target_config)
-            and target_config.hidden_size >= COMPILE_MIN_HIDDEN)
+            and (target_config.hidden_size >= COMPILE_MIN_HIDDEN or tokens >= COMPILE_MIN_TOKENS))
 
 
 def sample_seed(seed: int, step: int, sample_id: int) -> int:
@@ -155,10 +162,12 @@ class DFlashObjective:
                 "use objective.attention=sdpa or auto"
             )
         self.compute_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        tokens = self.config.train.micro_batch_size * self.config.data.max_length
         chosen = self.config.objective.compile_layers
-        self.compile_layers = compiles_faster(self.draft_config, device) if chosen is None else chosen
+        self.compile_layers = compiles_faster(self.draft_config, device, tokens) if chosen is None else chosen
         chosen = self.config.objective.compile_target
-        self.compile_target = target_compiles_faster(self.target_config, device) if chosen is None else chosen
+        self.compile_target = (target_compiles_faster(self.target_config, device, tokens) if chosen is None
+                               else chosen)
 
     @property
     def compiles(self) -> bool:
