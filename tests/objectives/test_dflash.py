@@ -121,8 +121,8 @@ def test_compiled_attention_pads_to_whole_blocks_and_padding_changes_nothing(tin
 
 @pytest.mark.parametrize("asked, device, hidden, tokens, compiled", [
     (None, "cuda", 4096, (2, 256), True), (None, "cuda", 2048, (2, 256), True), (None, "cuda", 576, (2, 256), False),
-    (None, "cuda", 576, (32, 1024), True), (None, "cuda", 576, (16, 1024), False), (None, "cpu", 4096, (32, 1024), False),
-    (False, "cuda", 4096, (32, 1024), False), (True, "cpu", 576, (2, 256), True),
+    (None, "cuda", 576, (32, 1024), True), (None, "cuda", 576, (16, 1024), False),
+    (None, "cpu", 4096, (32, 1024), False), (False, "cuda", 4096, (32, 1024), False), (True, "cpu", 576, (2, 256), True),
 ])
 def test_draft_layers_compile_by_the_measured_rule(tiny_target, asked, device, hidden, tokens, compiled):
     """objective.compile_layers unset: compiled on CUDA for drafts at least COMPILE_MIN_HIDDEN wide or

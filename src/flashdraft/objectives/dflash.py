@@ -68,14 +68,16 @@ def slot_weights(block_size: int, gamma: float) -> torch.Tensor:
 COMPILE_MIN_HIDDEN = 2048
 # Tokens a micro-batch (samples x training length) from which narrower models compile too: at SmolLM2's
 # width, 32 x 1,024 tokens, one H100, compiled draft layers made the step 1.34x faster and the compiled target
-# 1.26x more (benchmarks/RESULTS.md section 8, thirty-ninth session). Between 512 and this, not measured.
+# 1.26x more (benchmarks/RESULTS.md section 7, "When compiled draft layers pay"). Between 512 and this, not
+# measured.
 COMPILE_MIN_TOKENS = 32 * 1024
 
 
 def compiles_faster(draft_config: DFlashDraftConfig, device: torch.device, tokens: int) -> bool:
     """Whether compiled draft layers are the faster choice on `device` for micro-batches of `tokens`
     (objective.compile_layers unset)."""
-    return device.type == "cuda" and (draft_config.hidden_size >= COMPILE_MIN_HIDDEN or tokens >= COMPILE_MIN_TOKENS)
+    return device.type == "cuda" and (draft_config.hidden_size >= COMPILE_MIN_HIDDEN
+                                      or tokens >= COMPILE_MIN_TOKENS)
 
 
 def target_compiles_faster(target_config, device: torch.device, tokens: int) -> bool:
