@@ -103,7 +103,8 @@ def draft_config(model: str, target, layers: int | None = None) -> DFlashDraftCo
         "tiny": dict(layers=2, heads=4, kv=2, inter=128, taps=[1, 2], mask=500, theta=1e6),
     }[model]
     return DFlashDraftConfig(
-        hidden_size=target.hidden_size, vocab_size=target.vocab_size, num_hidden_layers=layers or shapes["layers"],
+        hidden_size=target.hidden_size, vocab_size=target.vocab_size,
+        num_hidden_layers=shapes["layers"] if layers is None else layers,
         num_attention_heads=shapes["heads"], num_key_value_heads=shapes["kv"],
         head_dim={"tiny": 16, "smollm2": 64}.get(model, 128), intermediate_size=shapes["inter"], rms_norm_eps=1e-6,
         max_position_embeddings=40960, rope_parameters={"rope_type": "default", "rope_theta": shapes["theta"]},
@@ -466,6 +467,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="profile one extra step: the top ops by device time go into the JSON and the output")
     parser.add_argument("--tiny", action="store_true", help="tiny shapes on the CPU: checks the script, not speed")
     args = parser.parse_args(argv)
+    if args.draft_layers is not None and args.draft_layers < 1:
+        parser.error(f"--draft-layers must be at least 1, got {args.draft_layers}")
     args.variants = [v for v in args.variants.split(",") if v]
     if unknown := set(args.variants) - {"peer", "compiled", "fast", "naive"}:
         parser.error(f"--variants: unknown {sorted(unknown)}; choose from peer, compiled, fast, naive")

@@ -9,6 +9,10 @@
 #   MAX_NEW_TOKENS=8 benchmarks/warmup_processes_ab.sh ... DATA OUT 2      # a CPU smoke run of the script
 set -euo pipefail
 gguf=$1 data=$2 out=$3 n=${4:-512}
+[[ $n =~ ^[1-9][0-9]*$ ]] || { echo "error: N=$n; give the prompts taken from each file, a positive number" >&2; exit 2; }
+# A warmup finds its earlier output and does nothing: a second A/B into the same OUT would time nothing.
+[ ! -e "$out/per_file" ] && [ ! -e "$out/one_process" ] ||
+  { echo "error: $out holds an earlier A/B's warmups; give a new OUT" >&2; exit 2; }
 [ -e "$gguf" ] || { echo "error: $gguf does not exist; give the target (its GGUF file or HF folder)" >&2; exit 2; }
 files=("$data"/prompts_*.jsonl)
 [ -e "${files[0]}" ] || { echo "error: $data holds no prompts_*.jsonl; make it with quality_sharegpt_prepare.py" >&2

@@ -67,7 +67,8 @@ def test_peer_variant_runs_specforge_on_the_same_work(tmp_path):
 
 
 @pytest.mark.parametrize("flag,value,says", [("--variants", "fast,turbo", "unknown ['turbo']"),
-                                             ("--samples", "2,x", "comma list of integers")])
+                                             ("--samples", "2,x", "comma list of integers"),
+                                             ("--draft-layers", "0", "--draft-layers must be at least 1, got 0")])
 def test_bad_arguments_name_the_problem(tmp_path, flag, value, says):
     done = subprocess.run([sys.executable, str(SCRIPT), "--tiny", flag, value, "--out", str(tmp_path / "x.json")],
                           capture_output=True, text=True, timeout=120)

@@ -37,6 +37,12 @@ def test_the_layout_ab_answers_every_prompt_once_in_each_arm(tiny_target, tmp_pa
     assert per_file["layout"].startswith("2 processes")
     assert report["one_process_over_per_file"] == round(one["answer_tokens_per_s"] / per_file["answer_tokens_per_s"], 2)
 
+    again = subprocess.run(["bash", str(BENCHMARKS / "warmup_processes_ab.sh"), str(tiny_target("qwen3")), str(data),
+                            str(tmp_path / "out"), "2"], env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 2  # its warmups would find their outputs and time nothing
+    assert f"error: {tmp_path / 'out'} holds an earlier A/B's warmups; give a new OUT" in again.stderr
+    assert json.loads((tmp_path / "out" / "warmup_processes_ab.json").read_text()) == report
+
 
 def test_the_step_profile_times_each_row_count_and_splits_a_step_by_kernel(tmp_path):
     torch.set_num_threads(1)
