@@ -23,12 +23,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from peer_objective import SpecForgeObjective  # noqa: E402
 
 
-@pytest.mark.parametrize("num_anchors", [4, 16])
-def test_given_our_anchors_the_peer_loss_is_our_weighted_sum(tiny_target, num_anchors):
+@pytest.mark.parametrize("num_anchors, compile_layers", [(4, False), (16, False), (4, True)])
+def test_given_our_anchors_the_peer_loss_is_our_weighted_sum(tiny_target, num_anchors, compile_layers):
     """Both anchor rules let blocks run past the answer's end (16 anchors draw such blocks here): our
-    masking of those slots must be the peer's too."""
+    masking of those slots must be the peer's too. With compiled draft layers (the trainer's rule compiles
+    them at the quality runs' micro-batches, for the peer's draft as for ours) the peer still computes ours."""
     path = tiny_target("qwen3")
-    ours, draft = make_objective(path, num_anchors=num_anchors, attention="sdpa")
+    ours, draft = make_objective(path, num_anchors=num_anchors, attention="sdpa", compile_layers=compile_layers)
+    assert all((layer._compiled_call_impl is not None) == compile_layers for layer in draft.layers)
     peer = bound_like(SpecForgeObjective, ours, draft, path)
     batch = make_batch(lengths=(30, 27))
     prepared = ours.prepare(batch, step=3)
