@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -26,7 +25,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from graphed_step import SHAPES  # noqa: E402
+from graphed_step import SHAPES, _sync  # noqa: E402
 
 from flashdraft.data.sampling import Sampling, choose  # noqa: E402
 from flashdraft.files import write_json  # noqa: E402
@@ -36,15 +35,10 @@ from flashdraft.target.step_graphs import StepGraphs  # noqa: E402
 REGENERATION = Sampling(temperature=0.2, top_p=0.9)
 
 
-def _sync(device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter()
-
-
-def _prompts(rows: int, vocab: int, ring: int, new: int) -> list[list[int]]:
-    """`rows` prompts of 50 to 600 tokens, the first one `ring - new` long: every row's ring is `ring` slots."""
-    lengths = [ring - new] + [50 + (37 * i) % 551 for i in range(1, rows)]
+def _prompts(rows: int, vocab: int, ring: int, new: int, shortest: int, longest: int) -> list[list[int]]:
+    """`rows` prompts of `shortest` to `longest` tokens, the first one `ring - new` long: every row's ring is
+    `ring` slots."""
+    lengths = [ring - new] + [shortest + (37 * i) % (longest - shortest + 1) for i in range(1, rows)]
     return [[(11 * i + j) % (vocab - 5) + 5 for j in range(n)] for i, n in enumerate(lengths)]
 
 
@@ -117,10 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     sampled = lambda logits: choose(logits, REGENERATION, generator)[0]  # noqa: E731
     greedy = lambda logits: logits.argmax(-1)  # noqa: E731
     steps = {}
+    lengths = (4, 41) if args.tiny else (50, 600)  # the other prompts: the tiny ring holds 96 slots
     for rows in args.rows:
-        prompts = _prompts(rows, vocab, ring, new)
-        if args.tiny:  # prompts of the tiny ring: 4 to 40 tokens
-            prompts = [p[: 4 + i % 37] if i else p for i, p in enumerate(prompts)]
+        prompts = _prompts(rows, vocab, ring, new, *lengths)
         steps[rows] = {"greedy_ms": step_ms(decoder, prompts, new, greedy),
                        "sampled_ms": step_ms(decoder, prompts, new, sampled)}
         print(f"{rows:5d} rows: {steps[rows]['greedy_ms']:8.2f} ms a step greedy, "
@@ -145,9 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         "kv_ring_gb": round(batch_decoder.kv_cache_bytes(config, rows * ring, dtype) / 1e9, 2),
     }
     print("   ".join(f"{k} {v}" for k, v in pieces.items()))
-    prompts = _prompts(rows, vocab, ring, new)
-    if args.tiny:
-        prompts = [p[: 4 + i % 37] if i else p for i, p in enumerate(prompts)]
+    prompts = _prompts(rows, vocab, ring, new, *lengths)
     few, many = (2, 6) if args.tiny else (4, 36)
     top = step_kernels(decoder, prompts, device, few, many, top=20)
     for k in top:
