@@ -23,16 +23,16 @@
 #     benchmarks/quality_sharegpt.sh variants DATA WORK OUT     # recipe variants on WORK's answers, side by side
 #
 # Seeds are fixed (data.seed, train.seed, warmup.seed, evaluate.seed = 0). Phases are separate so each fits a
-# machine window; WORK keeps the state between them. On one H200: warmup ~7 minutes with static
-# batches for run 2's ~3,000 prompts, ~10.5 minutes with graphed batches for run 3's 12,000 (4.2M answer
-# tokens at T=0.8), ~12.5 for run 4's (5.4M at T=0.2: longer answers, many of them loops), 6 on one H100 for those prompts where
-# 128 rows a shard each take the next prompt as they finish, train 3
-# minutes at 400 steps (7 at 1,200), evaluate ~9 minutes a draft in float32 (RESULTS.md
-# section 8, run 2, before float32 decoding on GPUs moved to eager attention: 2.4x faster plain steps,
-# section 7). Needs, besides
+# machine window; WORK keeps the state between them. On one H100 (fortieth session): warmup ~3 minutes for a
+# DATA of 12,000 prompts (5.4M answer tokens at T=0.2, one process of 1,024 rows; ~6 with a process a shard of
+# 128 rows, ~12.5 with batches on an H200), train ~7.5 minutes at 3,600 steps of 32 x 1,024 tokens (compiled
+# layers), evaluate ~2 minutes a draft on 12 prompts a benchmark in float32 and the speed pass ~2 more.
+# Needs, besides
 # flashdraft: specforge==0.2.0 and dflash==0.1.0 (pip install --no-deps). Environment: STEPS (optimizer steps
 # of each draft, default 400), MAX_LENGTH (training length = the answers' limit, default 1024), WARMUP_BATCH
-# (prompts a generate call, the warmup's resumable unit; default 4,096 on a GPU, else 128), WARMUP_ROWS
+# (prompts a generate call, the warmup's resumable unit; default 16,384 on a GPU, a whole DATA in one call: each
+# call ends in a tail of steps draining its last long answers, 1.35-1.43x the answer tokens a second against
+# 4,096 on an H100, RESULTS.md section 8; else 128), WARMUP_ROWS
 # (warmup.rows of the graphed backend: of a call's prompts, this many decode at once, each finished row taking the
 # next; default 1,024 on a GPU, where WARMUP_BACKEND is auto or graphed, else unset: all at once; the runs before
 # the thirty-ninth session ran a process a shard of 128 rows, those before the thirty-first batches of 128), CHECKPOINT_EVERY (training steps between checkpoints, default 100: a phase stopped at a machine
@@ -127,7 +127,7 @@ warmup)
   done
   if python3 -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then
     if [[ ${WARMUP_BACKEND:-auto} =~ ^(auto|graphed)$ ]]; then
-      warmup_batch=${WARMUP_BATCH:-4096} warmup_rows=${WARMUP_ROWS-1024}  # WARMUP_ROWS= (empty): all at once
+      warmup_batch=${WARMUP_BATCH:-16384} warmup_rows=${WARMUP_ROWS-1024}  # WARMUP_ROWS= (empty): all at once
     fi
   elif [ -z "${OMP_NUM_THREADS:-}" ]; then
     # On a CPU this warmup and the second-turn benchmark's share the cores; each at torch's default (a thread
