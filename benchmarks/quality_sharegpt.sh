@@ -153,42 +153,18 @@ except (ValueError, AttributeError):
     --backend "${WARMUP_BACKEND:-auto}" --max-length "$max_length" --turns "$turns" > "$work/$answers.log" 2>&1 &
   pids=($!)
   # The second-turn benchmark: the target answers both user turns greedily; its own first answer is
-  # then the context of the second turn.
-  conversations=$data/sharegpt_second_turn_source.jsonl answered=$work/warmup_second_turn
-  second_turn() {
-    run flashdraft warmup --target "$gguf" --prompts "$conversations" \
-      --output "$answered" --cache-dir "$work/cache_second_turn" --max-new-tokens $((2 * ${EVAL_NEW_TOKENS:-256})) --temperature 0 \
-      --backend "${WARMUP_BACKEND:-auto}" --turns all > "$work/warmup_second_turn.log" 2>&1
-  }
-  earlier_answers=
-  if [ -f "$answered/manifest.json" ]; then earlier_answers=1; else second_turn & pids+=($!); fi
+  # then the context of the second turn. Answers of an earlier DATA of an --exclude chain (identical
+  # benchmark files), perhaps on another machine without its DATA or caches, are kept by the warmup itself,
+  # which compares prompt files and the target by content; other conversations or another target are refused.
+  answered=$work/warmup_second_turn
+  run flashdraft warmup --target "$gguf" --prompts "$data/sharegpt_second_turn_source.jsonl" \
+    --output "$answered" --cache-dir "$work/cache_second_turn" --max-new-tokens $((2 * ${EVAL_NEW_TOKENS:-256})) \
+    --temperature 0 --backend "${WARMUP_BACKEND:-auto}" --turns all > "$work/warmup_second_turn.log" 2>&1 &
+  pids+=($!)
   wait_all "${pids[@]}"
-  # The target as this machine materialised it: this DATA was warmed up here just now.
-  manifest=$work/$answers/manifest.json
-  if [ -n "$earlier_answers" ]; then
-    # Answers from an earlier DATA of an --exclude chain (identical benchmark files), perhaps on another
-    # machine, its DATA and caches not with it: kept where they ask the same user turns of the same target
-    # weights and chat template with these settings; otherwise the warmup decides (and refuses other settings).
-    if python3 - "$answered" "$conversations" "$manifest" $((2 * ${EVAL_NEW_TOKENS:-256})) <<'PY'
-import json, sys
-from pathlib import Path
-answered, conversations, manifest, new_tokens = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
-def asked(line): return json.dumps([m for m in json.loads(line)["messages"] if m["role"] != "assistant"])
-earlier, here = (json.loads(Path(p).read_text())["settings"] for p in (answered / "manifest.json", manifest))
-sys.exit(not (sorted(map(asked, open(answered / "train.jsonl"))) == sorted(map(asked, open(conversations)))
-              and earlier["target"]["files"] == here["target"]["files"]
-              and earlier["chat_template_sha256"] == here["chat_template_sha256"] and earlier["turns"] == "all"
-              and earlier["sampling"]["max_new_tokens"] == new_tokens and earlier["sampling"]["temperature"] == 0))
-PY
-    then
-      echo "$answered already answers the user turns of $conversations with this target and these settings: kept" \
-        > "$work/warmup_second_turn.log"
-    else
-      second_turn
-    fi
-  fi
   cp "$answered/train.jsonl" "$work/sharegpt_second_turn.jsonl"
-  python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['target_path'])" "$manifest" > "$work/target_path"
+  python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['target_path'])" \
+    "$work/$answers/manifest.json" > "$work/target_path"
   ;;
 train)
   work=$3

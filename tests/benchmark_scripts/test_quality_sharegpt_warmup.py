@@ -1,7 +1,8 @@
 """`quality_sharegpt.sh warmup`: one warmup answers all of a DATA's prompt files into a folder named after them;
 over an --exclude chain a second DATA's answers join the WORK of the first, which keeps its answers to the
-second-turn conversations (the same user turns in both DATA, the same target), also where the WORK moved without
-its DATA; other conversations or another target are refused rather than mixed in."""
+second-turn conversations (the same conversation file's content in both DATA, the same target: the warmup compares
+them by content), also where the WORK moved without its DATA; other conversations or another target are refused
+rather than mixed in."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def test_a_second_data_adds_its_shards_and_keeps_the_second_turn_answers(tiny_ta
     # Shards 1, 2, ..., 10 of the second DATA: named in number order (ls would put 10 before 2).
     second = warmup(target, write_data(tmp_path / "data2", 1, CONVERSATION, shards=10), work)
     assert second.returncode == 0, second.stderr
-    assert "already answers the user turns of" in (work / "warmup_second_turn.log").read_text()
+    assert "already finished with these settings" in (work / "warmup_second_turn.log").read_text()
     assert (work / "sharegpt_second_turn.jsonl").read_bytes() == second_turn
     assert sorted(p.name for p in work.glob("warmup_prompts_*") if p.is_dir()) == \
         ["warmup_prompts_0", "warmup_prompts_1-10"]
@@ -75,7 +76,7 @@ def test_a_moved_work_keeps_its_second_turn_answers_only_for_the_same_target(tin
 
     result = warmup(target, write_data(tmp_path / "data2", 1, CONVERSATION), moved)
     assert result.returncode == 0, result.stderr
-    assert "already answers the user turns of" in (moved / "warmup_second_turn.log").read_text()
+    assert "already finished with these settings" in (moved / "warmup_second_turn.log").read_text()
     assert (moved / "sharegpt_second_turn.jsonl").read_bytes() == second_turn
     shard = json.loads((moved / "warmup_prompts_1" / "manifest.json").read_text())
     assert (moved / "target_path").read_text().strip() == shard["target_path"]

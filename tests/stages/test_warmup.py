@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -104,6 +105,46 @@ def test_finished_output_is_reused_and_other_settings_refused(tiny_target, tmp_p
     assert set(os.listdir(tmp_path / "out")) == {"manifest.json", "summary.json", "stats.json", "train.jsonl",
                                                   "chat_template.jinja"}
     assert first.revision is None and first.target_path == tiny_target("llama").resolve()  # a folder target
+
+
+def test_a_moved_warmup_is_the_same_warmup_and_an_edited_prompt_file_is_not(tiny_target, tmp_path):
+    """Prompt files and a local target compare by content: the answers, the prompts and the target moved
+    elsewhere are found finished (nothing answered again; the manifest then names the target where it is now),
+    and a prompt file edited in place is other settings."""
+    prompts = Path(_prompts(tmp_path / "p.jsonl", 3))
+    first = warmup(tiny_target("llama"), str(prompts), tmp_path / "out", **FAST)
+    moved = tmp_path / "elsewhere"
+    target = shutil.copytree(tiny_target("llama"), moved / "target")
+    shutil.copytree(tmp_path / "out", moved / "out")
+    shutil.copy(prompts, moved / "p.jsonl")
+    before = (moved / "out" / "train.jsonl").stat().st_mtime_ns
+
+    again = warmup(target, str(moved / "p.jsonl"), moved / "out", **FAST)
+    assert (moved / "out" / "train.jsonl").stat().st_mtime_ns == before and again.stats == first.stats
+    assert again.target_path == target.resolve()
+    assert json.loads((moved / "out" / "manifest.json").read_text())["target_path"] == str(target.resolve())
+
+    (moved / "p.jsonl").write_text(prompts.read_text().replace("question 0", "question zero"))
+    with pytest.raises(UserError, match="finished warmup with other settings; give a new output folder"):
+        warmup(target, str(moved / "p.jsonl"), moved / "out", **FAST)
+
+
+def test_a_manifest_without_prompt_digests_compares_prompt_files_by_path(tiny_target, tmp_path):
+    """Manifests written before the prompt files' sha256 were recorded: the same paths are the same warmup,
+    a copy of the file elsewhere is not, and the error says why."""
+    prompts = _prompts(tmp_path / "p.jsonl", 3)
+    warmup(tiny_target("llama"), prompts, tmp_path / "out", **FAST)
+    path = tmp_path / "out" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    del manifest["settings"]["prompt_sha256"]
+    path.write_text(json.dumps(manifest))
+    before = (tmp_path / "out" / "train.jsonl").read_bytes()
+
+    assert warmup(tiny_target("llama"), prompts, tmp_path / "out", **FAST).dataset.read_bytes() == before
+    shutil.copy(prompts, tmp_path / "copy.jsonl")
+    with pytest.raises(UserError, match="predates the prompt files' sha256, so prompt files at other paths"):
+        warmup(tiny_target("llama"), str(tmp_path / "copy.jsonl"), tmp_path / "out", **FAST)
+    assert (tmp_path / "out" / "train.jsonl").read_bytes() == before
 
 
 def test_parquet_output_and_recurrent_target(tiny_target, tmp_path):

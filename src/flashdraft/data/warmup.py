@@ -3,7 +3,7 @@
 Output folder (later steps rely on it):
     manifest.json       written last, so its presence means the warmup finished: the target (source,
                         revision, path of the materialised HF folder, weight sizes and sha256), the
-                        settings, and the names of the files below
+                        settings (the prompt files' sha256 among them), and the names of the files below
     summary.json        the target check: architecture, tokenizer, chat template, mask-token
                         candidate, recurrent layers, a one-prompt generation smoke test
     chat_template.jinja the chat template the answers were generated with
@@ -11,6 +11,11 @@ Output folder (later steps rely on it):
                         rows with per-sample finish_reason and token counts
     stats.json          lengths, finish reasons, sampling, throughput
 While running, `.partial/` holds the resume state; running the same warmup again continues from it.
+
+A finished or interrupted warmup is taken up again only with the same settings, compared by content where
+content decides the answers: a local target by its weights' sha256, a prompt file by its own, so a folder moved
+to another path or machine is still the same warmup, and a prompt file edited in place is not. (Manifests
+written before the prompt files' sha256 were recorded compare those files by path, as they were written.)
 """
 
 from __future__ import annotations
@@ -30,11 +35,11 @@ from flashdraft.config import TargetConfig, WarmupConfig, check_warmup_rows
 from flashdraft.data import regenerate as regen
 from flashdraft.data.generation import default_batch, load_generator, resolve_backend
 from flashdraft.data.sampling import Sampling, target_sampling
-from flashdraft.data.sources import load_chat_dataset
+from flashdraft.data.sources import load_chat_dataset, parse_spec
 from flashdraft.errors import UserError
 from flashdraft.files import check_output_dir, write_json, write_text
 from flashdraft.model.mask_token import resolve_mask_token
-from flashdraft.target.cache import materialise
+from flashdraft.target.cache import MaterialisedTarget, materialise, sha256_file
 from flashdraft.target.fast_path import fast_path_status
 from flashdraft.target.source import load_target_config, load_tokenizer
 
@@ -113,7 +118,8 @@ def run_warmup(
     sampling = target_sampling(generation_config, warmup.temperature, warmup.top_p, warmup.top_k)
     settings = {
         "target": {k: materialised.manifest.get(k) for k in ("source", "kind", "revision", "gguf", "files")},
-        "prompts": list(warmup.prompts), "num_samples": len(rows), "seed": warmup.seed,
+        "prompts": list(warmup.prompts), "prompt_sha256": _prompt_digests(warmup.prompts),
+        "num_samples": len(rows), "seed": warmup.seed,
         "sampling": {"max_new_tokens": warmup.max_new_tokens, **asdict(sampling)},
         "max_length": context,
         "thinking": warmup.thinking, "turns": warmup.turns, "batch_size": batch_size, "backend": backend,
@@ -122,7 +128,7 @@ def run_warmup(
         "format": warmup.format,
         "chat_template_sha256": hashlib.sha256(template.encode()).hexdigest(),
     }
-    finished = _finished_result(output, settings)
+    finished = _finished_result(output, settings, materialised, update=rank == 0)
     if finished is not None:
         log.info("warmup in %s already finished with these settings; nothing to do", output)
         return finished
@@ -191,15 +197,60 @@ def _is_warmup(folder: Path) -> bool:
     return (folder / "manifest.json").is_file() or (folder / WORK_DIR).is_dir()
 
 
-def _finished_result(output: Path, settings: dict) -> WarmupResult | None:
+def _prompt_digests(specs: list[str]) -> list[str | None]:
+    """The sha256 of each local prompt file; None for packaged and hub sources (named, not held here)."""
+    parsed = [parse_spec(text) for text in specs]
+    return [sha256_file(Path(spec.name)) if spec.kind == "file" else None for spec in parsed]
+
+
+def _by_content(settings: dict) -> dict:
+    """`settings` without the paths that only say where content lay: a local target (GGUF file or folder) is
+    its weights' sha256, a prompt file with a recorded sha256 that digest and its mixture weight."""
+    target = dict(settings.get("target", {}))
+    if target.get("kind") in ("gguf", "folder"):
+        target.pop("source", None)
+        if target.get("gguf"):
+            target["gguf"] = {key: value for key, value in target["gguf"].items() if key != "file"}
+    prompts = settings.get("prompts")
+    if "prompt_sha256" in settings:
+        digests = settings["prompt_sha256"]
+        prompts = [text if digest is None else _weight_of(text) for text, digest in zip(prompts, digests)]
+    return {**settings, "target": target, "prompts": prompts}
+
+
+def _weight_of(spec: str) -> str:
+    """A file spec's '@WEIGHT' ('' without one): it follows the last '@' (sources.parse_spec), and the stored
+    path is not parsed, as it may not exist any more."""
+    return "@" + spec.rpartition("@")[2] if "@" in spec else ""
+
+
+def _same_settings(earlier: dict, now: dict) -> bool:
+    if "prompt_sha256" not in earlier:  # recorded before the prompt files' sha256: their paths decide
+        now = {key: value for key, value in now.items() if key != "prompt_sha256"}
+    return _by_content(earlier) == _by_content(now)
+
+
+def _other_settings(folder: Path, earlier: dict, what: str, fix: str) -> UserError:
+    why = "" if "prompt_sha256" in earlier else (
+        " (its manifest predates the prompt files' sha256, so prompt files at other paths count as other settings)")
+    return UserError(f"{folder} holds {what} with other settings{why}; {fix}")
+
+
+def _finished_result(output: Path, settings: dict, materialised: MaterialisedTarget,
+                     update: bool) -> WarmupResult | None:
     path = output / "manifest.json"
     if not path.is_file():
         return None
     manifest = json.loads(path.read_text())
-    if manifest.get("settings") != settings:
-        raise UserError(
-            f"{output} holds a finished warmup with other settings; give a new output folder or remove it"
-        )
+    earlier = manifest.get("settings", {})
+    if not _same_settings(earlier, settings):
+        raise _other_settings(output, earlier, "a finished warmup", "give a new output folder or remove it")
+    if manifest["target_path"] != str(materialised.path):
+        # The same answers where the target was materialised elsewhere (a moved folder, another machine): later
+        # steps load the target from the manifest's path, so it names the one that exists now (rank 0 writes it).
+        manifest = {**manifest, "target": materialised.manifest, "target_path": str(materialised.path)}
+        if update:
+            write_json(path, manifest)
     return _result(output, manifest, json.loads((output / "summary.json").read_text()),
                    json.loads((output / "stats.json").read_text()))
 
@@ -207,11 +258,10 @@ def _finished_result(output: Path, settings: dict) -> WarmupResult | None:
 def _start_or_resume(work: Path, settings: dict) -> None:
     state = work / "settings.json"
     if state.is_file():
-        if json.loads(state.read_text()) != settings:
-            raise UserError(
-                f"{work.parent} holds an interrupted warmup with other settings; rerun it with the same "
-                "settings to resume, or give a new output folder"
-            )
+        earlier = json.loads(state.read_text())
+        if not _same_settings(earlier, settings):
+            raise _other_settings(work.parent, earlier, "an interrupted warmup",
+                                  "rerun it with the same settings to resume, or give a new output folder")
         log.info("resuming the warmup in %s", work.parent)
         return
     work.mkdir(parents=True, exist_ok=True)
