@@ -93,9 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit(f"error: --out {args.out} is a file; give a folder for progress.md and progress.png")
     runs = load_runs(args.runs)
     args.out.mkdir(parents=True, exist_ok=True)
-    write_text(args.out / "progress.md", table(runs))
+    text = table(runs)
+    write_text(args.out / "progress.md", text)
     plot(runs, args.out / "progress.png")
-    print(table(runs))
+    print(text)
     return 0
 
 
