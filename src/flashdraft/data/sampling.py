@@ -50,7 +50,8 @@ def sampling_probs(logits: torch.Tensor, params: Sampling) -> torch.Tensor:
     if params.top_p < 1:
         candidates = min(TOP_P_CANDIDATES, probs.shape[-1])
         ranked, order = probs.topk(candidates, dim=-1)  # descending, as a full sort's first entries
-        if candidates == probs.shape[-1] or not bool((ranked.sum(dim=-1) >= params.top_p).all()):
+        # Over a vocabulary of at most `candidates` tokens the ranking is already the full sort.
+        if candidates < probs.shape[-1] and not bool((ranked.sum(dim=-1) >= params.top_p).all()):
             ranked, order = probs.sort(dim=-1, descending=True)
         # Keep the smallest prefix whose mass reaches top_p (the first token always stays). Where the candidates
         # hold top_p, every later token has at least that much mass before it: the full sort would drop it too.
