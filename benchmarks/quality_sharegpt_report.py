@@ -240,6 +240,16 @@ def markdown(rows: list[dict], teacher: dict[str, dict], settings: dict, note: s
     return "\n".join(lines) + "\n"
 
 
+def curves_title(ours: str, against: str, same_data: bool, last_steps: dict[str, int]) -> str:
+    """The curves' heading: what the two runs share, and their step counts where those differ."""
+    data = "same data" if same_data else "other training data"
+    if last_steps[ours] == last_steps[against]:
+        shared = "same data and steps" if same_data else data
+    else:
+        shared = f"{data}, {last_steps[ours]} vs {last_steps[against]} steps"
+    return f"SmolLM2-135M drafts, {shared}: {ours} vs {against}"
+
+
 def plot_curves(folder: Path, path: Path, ours: str = OURS, against: str = PEER, same_data: bool = True) -> None:
     import matplotlib
 
@@ -247,9 +257,11 @@ def plot_curves(folder: Path, path: Path, ours: str = OURS, against: str = PEER,
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
+    last_steps = {}
     for name, color in zip((ours, against), ("tab:blue", "tab:orange")):
         rows = [json.loads(line) for line in (folder / f"{name}_training_curve.jsonl").read_text().splitlines()]
         train = [r for r in rows if "accuracy" in r]
+        last_steps[name] = train[-1]["step"]
         held = [r for r in rows if "eval_accuracy" in r]
         ax.plot([r["step"] for r in train], [r["accuracy"] for r in train], color=color, label=f"{name} train")
         ax.plot([r["step"] for r in held], [r["eval_accuracy"] for r in held], "o--", color=color,
@@ -258,8 +270,7 @@ def plot_curves(folder: Path, path: Path, ours: str = OURS, against: str = PEER,
     ax.set_ylabel("drafted-slot accuracy")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.suptitle(f"SmolLM2-135M drafts, {'same data and steps' if same_data else 'other training data'}: "
-                 f"{ours} vs {against}")
+    fig.suptitle(curves_title(ours, against, same_data, last_steps))
     fig.tight_layout()
     save_figure(fig, path)
 

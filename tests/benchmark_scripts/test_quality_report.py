@@ -192,3 +192,11 @@ def test_no_speed_report_no_speed_section(tmp_path):
     folder = evidence_folder(tmp_path, {})
     assert quality_sharegpt_report.main([str(folder)]) == 0
     assert "Speed at" not in (folder / "quality.md").read_text()
+
+
+def test_the_curves_title_names_unequal_steps_instead_of_claiming_the_same():
+    title = quality_sharegpt_report.curves_title
+    assert "same data and steps" in title("a", "b", True, {"a": 3600, "b": 3600})
+    assert "same data, 7200 vs 3600 steps" in title("a", "b", True, {"a": 7200, "b": 3600})
+    assert "other training data, 3600 vs 1800 steps" in title("a", "b", False, {"a": 3600, "b": 1800})
+    assert "steps" not in title("a", "b", False, {"a": 3600, "b": 3600})
