@@ -26,7 +26,8 @@
 # machine window; WORK keeps the state between them. On one H100 (fortieth session): warmup ~3 minutes for a
 # DATA of 12,000 prompts (5.4M answer tokens at T=0.2, one process of 1,024 rows; ~6 with a process a shard of
 # 128 rows, ~12.5 with batches on an H200), train ~7.5 minutes at 3,600 steps of 32 x 1,024 tokens (compiled
-# layers), evaluate ~2 minutes a draft on 12 prompts a benchmark in float32 and the speed pass ~2 more.
+# layers; ~14.5 at 7,200, forty-first session), evaluate ~2-3 minutes a draft on 12 prompts a benchmark in float32
+# and the speed pass ~2 more.
 # Needs, besides
 # flashdraft: specforge==0.2.0 and dflash==0.1.0 (pip install --no-deps). Environment: STEPS (optimizer steps
 # of each draft, default 400), MAX_LENGTH (training length = the answers' limit, default 1024), WARMUP_BATCH
